@@ -1,0 +1,304 @@
+/*
+ * buzz/engine.h - the durable backfill engine: schema, registration, lifecycle, claims, workers,
+ * validation. PostgreSQL is the only authority; nothing here keeps lifecycle state in memory
+ * beyond one call.
+ *
+ * Threading: a bf_engine is one PostgreSQL connection and must be used by one thread at a time.
+ * Open one per thread (the registry may be shared). bf_worker_stop() is the one call that is
+ * safe from another thread or a signal handler.
+ *
+ * Errors: every call returns a bf_err; out-parameters are written only on BF_OK unless a call
+ * documents otherwise (conflicts return the current row). bf_engine_diag() gives the last
+ * bounded, client-safe diagnostic; full detail (server messages, SQLSTATEs) goes to the log
+ * callback only.
+ */
+#ifndef BUZZ_ENGINE_H
+#define BUZZ_ENGINE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "buzz/definition.h"
+#include "buzz/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BF_SCHEMA_VERSION  2   /* newest engine migration this binary knows */
+#define BF_KEY_TEXT_MAX    512 /* bytes of a rendered bound or checkpoint, terminator included */
+#define BF_OWNER_MAX       128 /* bytes of a claim owner, terminator included */
+#define BF_ACTOR_MAX       128 /* bytes of an actor or authority, terminator included */
+#define BF_REQUEST_ID_MAX  64  /* bytes of a request ID, terminator included */
+
+typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR } bf_log_level;
+typedef void (*bf_log_fn)(void *arg, bf_log_level level, const char *msg);
+
+typedef struct bf_config {
+    const char *conninfo; /* libpq connection string or URL */
+    const char *owner;    /* claim owner identity, e.g. "host:pid:worker"; default host:pid */
+    int lease_ms;         /* claim validity; default 30000, at least 100 */
+    int statement_timeout_ms; /* SET LOCAL per batch/validation statement; default 10000 */
+    int lock_timeout_ms;      /* SET LOCAL lock_timeout; default 2000 */
+    bf_log_fn log;            /* optional */
+    void *log_arg;
+} bf_config;
+
+typedef struct bf_engine bf_engine;
+
+bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *reg);
+void bf_engine_close(bf_engine *engine);
+const char *bf_engine_diag(const bf_engine *engine);
+const bf_registry *bf_engine_registry(const bf_engine *engine);
+
+/* ---- schema ---------------------------------------------------------------------------- */
+
+/* Apply the engine's versioned migrations under an advisory lock. Idempotent; verifies the
+ * checksum of every applied version; BF_ERR_SCHEMA_TOO_NEW for an unknown newer version. */
+bf_err bf_migrate(bf_engine *engine);
+
+/* Verify without changing anything: BF_ERR_SCHEMA_MISSING when not fully migrated. */
+bf_err bf_schema_check(bf_engine *engine, int *version_out);
+
+/* ---- read model ------------------------------------------------------------------------ */
+
+typedef enum bf_state {
+    BF_STATE_PENDING = 1,
+    BF_STATE_RUNNING = 2,
+    BF_STATE_PAUSED = 3,
+    BF_STATE_BLOCKED = 4,
+    BF_STATE_FAILED = 5,
+    BF_STATE_VALIDATING = 6,
+    BF_STATE_COMPLETED = 7,
+} bf_state;
+
+const char *bf_state_name(bf_state state); /* "running"; "unknown" for an invalid value */
+bf_err bf_state_parse(const char *name, bf_state *out);
+
+typedef enum bf_validation_outcome {
+    BF_VALIDATION_NONE = 0, /* never validated */
+    BF_VALIDATION_SUCCESS = 1,
+    BF_VALIDATION_FAILURE = 2,
+    BF_VALIDATION_CURRENT_STATE = 3, /* did not run; see the lifecycle and reason */
+} bf_validation_outcome;
+
+const char *bf_validation_outcome_name(bf_validation_outcome outcome);
+
+/* A snapshot of one backfill row. Timestamps are microseconds since the Unix epoch; a has_
+ * flag false means unknown or not applicable, never zero. */
+typedef struct bf_backfill {
+    char id[BF_ID_MAX + 1];
+    bf_state state;
+    bool required;
+    char description[BF_META_MAX + 1];
+    char owner_meta[BF_META_MAX + 1];
+    char revision[BF_META_MAX + 1];
+    char key_types[96]; /* "timestamptz,bytea" */
+    int batch_size;
+
+    bool has_bound;   /* bound captured (start happened) */
+    bool bound_empty; /* captured bound of an empty source set */
+    char bound[BF_KEY_TEXT_MAX];
+    bool has_checkpoint;
+    char checkpoint[BF_KEY_TEXT_MAX];
+
+    int64_t generation;
+    bool claimed; /* a claim exists and PostgreSQL time says it is still valid */
+    char claim_owner[BF_OWNER_MAX];
+    bool has_claim_expires;
+    int64_t claim_expires_at;
+
+    int attempts;
+    bool has_next_attempt;
+    int64_t next_attempt_at;
+    char error_class[32]; /* "" when none: retryable, prerequisite, data_invariant, ... */
+    char error_detail[BF_DIAG_MAX];
+
+    bf_validation_outcome validation;
+    char validation_detail[BF_DIAG_MAX];
+    bool has_validated_at;
+    int64_t validated_at;
+    char validation_request[BF_REQUEST_ID_MAX];
+
+    int64_t rows_committed;    /* rows the committed batches touched */
+    int64_t batches_committed; /* committed batches */
+    bool has_source_estimate;  /* planner estimate of the source size at start: an estimate */
+    int64_t source_estimate;
+
+    int64_t registered_at, updated_at;
+    bool has_started_at, has_last_progress_at, has_completed_at;
+    int64_t started_at, last_progress_at, completed_at;
+    int64_t now; /* PostgreSQL clock_timestamp() when read */
+} bf_backfill;
+
+bf_err bf_get(bf_engine *engine, const char *id, bf_backfill *out);
+
+/* List rows ordered by id, starting after after_id (NULL = first), at most limit (<= 1000).
+ * state_filter 0 = all. *count_out receives the number written. */
+bf_err bf_list(bf_engine *engine, bf_state state_filter, const char *after_id, bf_backfill *out,
+               int limit, int *count_out);
+
+/* ---- registration ---------------------------------------------------------------------- */
+
+/* Idempotent upsert of one definition (the registry's) by stable ID. Metadata: last
+ * registration wins. BF_ERR_INCOMPATIBLE (row untouched) when the stored key types differ. */
+bf_err bf_register(bf_engine *engine, const bf_definition *def);
+
+/* bf_register() for every definition in the engine's registry; stops at the first error. */
+bf_err bf_register_all(bf_engine *engine);
+
+/* ---- operator actions ------------------------------------------------------------------ */
+
+typedef enum bf_action {
+    BF_ACTION_START = 1,
+    BF_ACTION_PAUSE = 2,
+    BF_ACTION_RESUME = 3,
+    BF_ACTION_RETRY = 4,
+    BF_ACTION_VALIDATE = 5,
+} bf_action;
+
+const char *bf_action_name(bf_action action);
+
+/* Who asks. actor may be NULL when only an authority source is known (e.g. a protected
+ * boundary: "ipc uid=1000"); authority names how the request was authorized. request_id
+ * (optional, at most BF_REQUEST_ID_MAX-1 bytes) makes the request idempotent. */
+typedef struct bf_actor {
+    const char *actor;
+    const char *authority;
+    const char *request_id;
+} bf_actor;
+
+typedef struct bf_action_result {
+    bf_err err;       /* outcome of the original request (BF_OK, CONFLICT, ...) */
+    bool changed;     /* the request changed the lifecycle */
+    bool replayed;    /* an earlier request with the same request_id answered */
+    bf_state prior;   /* 0 when the backfill does not exist */
+    bf_state result;  /* state after the request */
+    int64_t generation;
+    bf_validation_outcome validation; /* BF_ACTION_VALIDATE only */
+    char detail[BF_DIAG_MAX];
+    bf_backfill row; /* current row after the request (valid when prior != 0) */
+} bf_action_result;
+
+/*
+ * Apply start, pause, resume or retry exactly as the spec's state table. The transition, its
+ * audit row and its request record commit in one transaction; rejected attempts are audited
+ * too. Returns the outcome (also in out->err): BF_OK when the row is in the requested state
+ * (changed or already there), BF_ERR_CONFLICT with the current row, BF_ERR_NOT_FOUND,
+ * BF_ERR_INVALID_ARGUMENT when request_id was used for a different request. Repeating a
+ * request_id returns the original outcome with replayed set. out is always written.
+ */
+bf_err bf_action_apply(bf_engine *engine, bf_action action, const char *id, const bf_actor *who,
+                       bf_action_result *out);
+
+/*
+ * Explicit validation. pending answers current-state without running; otherwise runs the
+ * definition's read-only validation through the bound, at most one invocation per ID at a time
+ * (a concurrent request gets current-state, "validation already in progress"). On success of a
+ * validating row it drives the fenced completion; in every other state it changes nothing but
+ * the recorded outcome. Audited. out is always written; returns its err.
+ */
+bf_err bf_validate(bf_engine *engine, const char *id, const bf_actor *who,
+                   bf_action_result *out);
+
+/* Record a rejected attempt that never reached the lifecycle (authentication, authorization,
+ * malformed input) in the audit. outcome is bounded and redacted by the caller. */
+bf_err bf_audit_rejection(bf_engine *engine, const char *action, const char *id,
+                          const bf_actor *who, bf_err err, const char *outcome);
+
+/* Delete finished request records older than retention_s seconds. */
+bf_err bf_request_prune(bf_engine *engine, int retention_s, long *deleted_out);
+
+typedef struct bf_audit_entry {
+    int64_t seq;
+    int64_t at;
+    char backfill_id[BF_ID_MAX + 1];
+    char action[24];
+    char actor[BF_ACTOR_MAX];
+    char authority[BF_ACTOR_MAX];
+    char request_id[BF_REQUEST_ID_MAX];
+    bf_state prior; /* 0 = none */
+    bf_state result;
+    bool has_generation;
+    int64_t generation;
+    char outcome[BF_DIAG_MAX];
+} bf_audit_entry;
+
+/* Audit rows, newest first, seq < before_seq (0 = newest); id NULL = all backfills. */
+bf_err bf_audit_list(bf_engine *engine, const char *id, int64_t before_seq, bf_audit_entry *out,
+                     int limit, int *count_out);
+
+/* ---- readiness ------------------------------------------------------------------------- */
+
+/* Start every pending row that this registry marks required (automatic mode). */
+bf_err bf_start_required(bf_engine *engine, const bf_actor *who, int *started_out);
+
+/* The gate as PostgreSQL says now: the required IDs of this registry that are not completed.
+ * ids (may be NULL) receives up to max entries; *gating_out the total. */
+bf_err bf_gate(bf_engine *engine, bf_backfill *ids, int max, int *gating_out);
+
+/* ---- workers --------------------------------------------------------------------------- */
+
+typedef enum bf_step {
+    BF_STEP_IDLE = 0,         /* nothing claimed */
+    BF_STEP_BATCH = 1,        /* a batch committed */
+    BF_STEP_VALIDATING = 2,   /* reached the bound, entered validating */
+    BF_STEP_COMPLETED = 3,    /* validation succeeded, completed */
+    BF_STEP_RETRY = 4,        /* attempt failed, backoff scheduled, claim released */
+    BF_STEP_FAILED = 5,       /* entered failed, claim released */
+    BF_STEP_BLOCKED = 6,      /* entered blocked, claim released */
+    BF_STEP_LOST = 7,         /* fenced out: paused, expired or taken over; nothing committed */
+} bf_step;
+
+const char *bf_step_name(bf_step step);
+
+typedef struct bf_step_info {
+    bf_step step;
+    char id[BF_ID_MAX + 1];
+    int64_t generation;
+    long rows;    /* keys in the batch */
+    long touched; /* rows the mutation changed */
+    char checkpoint[BF_KEY_TEXT_MAX];
+    char detail[BF_DIAG_MAX];
+} bf_step_info;
+
+/* Observers at production seams (logging, metrics, tests). Each may be NULL. They run on the
+ * worker's thread; a hook that blocks delays the worker (tests use this as a barrier). */
+typedef struct bf_worker_hooks {
+    void (*after_claim)(void *arg, const char *id, int64_t generation);
+    void (*after_step)(void *arg, const bf_step_info *info);
+    void *arg;
+} bf_worker_hooks;
+
+typedef struct bf_worker bf_worker;
+
+/* A worker borrows the engine (its connection) until freed. */
+bf_err bf_worker_new(bf_worker **out, bf_engine *engine, const bf_worker_hooks *hooks);
+void bf_worker_free(bf_worker *worker); /* releases a held claim first */
+
+/* Claim a specific ID, or (id NULL) the next eligible running/validating row this registry
+ * knows. BF_ERR_NO_WORK when nothing is eligible; BF_ERR_UNKNOWN_DEFINITION for an ID the
+ * registry lacks (the row is never claimed). */
+bf_err bf_worker_claim(bf_worker *worker, const char *id, int64_t *generation_out);
+
+/* Advance the held claim by one batch or one validation pass. */
+bf_err bf_worker_step(bf_worker *worker, bf_step_info *out);
+
+/* Extend the held claim. BF_ERR_STALE when it is no longer current. */
+bf_err bf_worker_renew(bf_worker *worker);
+
+/* Release the held claim (fenced on owner and generation); no-op without one. */
+bf_err bf_worker_release(bf_worker *worker);
+
+/* Claim and step until stop is observed (checked at batch boundaries) or, when until_idle, no
+ * eligible work remains. Releases its claim before returning. */
+bf_err bf_worker_run(bf_worker *worker, bool until_idle);
+
+/* Ask bf_worker_run to stop at the next batch boundary. Async-signal-safe. */
+void bf_worker_stop(bf_worker *worker);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BUZZ_ENGINE_H */

@@ -1,0 +1,298 @@
+/*
+ * actions.c - operator actions: start, pause, resume, retry, exactly as the spec's state table.
+ *
+ * Design notes: each action is one transaction that locks the row (FOR UPDATE), decides from
+ * the state table below, applies the transition, writes the audit row and the request record,
+ * and commits them together; a rejected attempt is audited the same way. Every accepted
+ * transition advances the generation, so work started under an earlier generation can never
+ * commit after it. Start captures the upper bound in the transaction that enters running.
+ * There is deliberately no reset, rewind, bound change, deletion or force completion.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef enum plan_kind { PLAN_CONFLICT, PLAN_CONVERGED, PLAN_CHANGE } plan_kind;
+
+static plan_kind action_plan(bf_action action, bf_state state)
+{
+    switch (action) {
+    case BF_ACTION_START:
+        return state == BF_STATE_PENDING ? PLAN_CHANGE : PLAN_CONFLICT;
+    case BF_ACTION_PAUSE:
+        if (state == BF_STATE_RUNNING || state == BF_STATE_VALIDATING)
+            return PLAN_CHANGE;
+        return state == BF_STATE_PAUSED ? PLAN_CONVERGED : PLAN_CONFLICT;
+    case BF_ACTION_RESUME:
+        if (state == BF_STATE_PAUSED)
+            return PLAN_CHANGE;
+        return state == BF_STATE_RUNNING || state == BF_STATE_VALIDATING ? PLAN_CONVERGED
+                                                                         : PLAN_CONFLICT;
+    case BF_ACTION_RETRY:
+        if (state == BF_STATE_BLOCKED || state == BF_STATE_FAILED)
+            return PLAN_CHANGE;
+        return state == BF_STATE_RUNNING || state == BF_STATE_VALIDATING ? PLAN_CONVERGED
+                                                                         : PLAN_CONFLICT;
+    case BF_ACTION_VALIDATE:
+        break;
+    }
+    return PLAN_CONFLICT;
+}
+
+/* resume and retry enter validating when no admitted work remains */
+#define AFTER_BOUND_STATE                                                                          \
+    "state = CASE WHEN bound_empty OR checkpoint = bound THEN 'validating' ELSE 'running' END"
+
+static const char *const transition_sql[] = {
+    [BF_ACTION_PAUSE] = "UPDATE buzz_backfill.backfill SET state = 'paused',"
+                        " generation = generation + 1, claim_owner = NULL,"
+                        " claim_expires_at = NULL, claimed_at = NULL,"
+                        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+    [BF_ACTION_RESUME] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
+                         " generation = generation + 1, next_attempt_at = NULL,"
+                         " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+    [BF_ACTION_RETRY] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
+                        " generation = generation + 1, attempts = 0, next_attempt_at = NULL,"
+                        " error_class = NULL, error_detail = NULL, error_at = NULL,"
+                        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+};
+
+/* Capture the bound and enter running, in the caller's transaction. */
+static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *detail, size_t cap)
+{
+    const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
+    if (c == NULL)
+        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s",
+                        id);
+    PGresult *r = NULL;
+    const char *kp[] = {id};
+    bf_err err = bf__exec(e, &r, "read key types",
+                          "SELECT key_types FROM buzz_backfill.backfill WHERE id = $1", 1, kp);
+    if (err != BF_OK)
+        return err;
+    bool same = PQntuples(r) == 1 && strcmp(bf__field(r, 0, 0), c->key_types) == 0;
+    PQclear(r);
+    if (!same)
+        return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
+    if ((err = bf__set_local_timeouts(e)) != BF_OK)
+        return err;
+    if ((err = bf__exec(e, &r, "capture bound", c->sql_bound, 0, NULL)) != BF_OK)
+        return err;
+    char bound[BF_KEY_TEXT_MAX * 2] = "";
+    bool empty = PQntuples(r) == 0;
+    if (!empty && PQgetlength(r, 0, 0) >= (int)sizeof bound) {
+        PQclear(r);
+        return bf__diag(e, BF_ERR_DATA_INVARIANT, "upper bound key is too large");
+    }
+    if (!empty)
+        bf__copy(bound, sizeof bound, bf__field(r, 0, 0));
+    PQclear(r);
+    char estimate[24] = "";
+    if ((err = bf__exec(e, &r, "estimate source size", c->sql_estimate, 0, NULL)) != BF_OK)
+        return err;
+    bool has_estimate = PQntuples(r) == 1 && !bf__isnull(r, 0, 0);
+    if (has_estimate)
+        bf__copy(estimate, sizeof estimate, bf__field(r, 0, 0));
+    PQclear(r);
+    const char *params[] = {id, empty ? NULL : bound, empty ? "true" : "false",
+                            has_estimate ? estimate : NULL};
+    err = bf__exec(e, res, "start",
+                   "UPDATE buzz_backfill.backfill SET state = 'running', bound = $2::text[],"
+                   " bound_empty = $3::boolean, source_estimate = $4::bigint,"
+                   " started_at = clock_timestamp(), generation = generation + 1, attempts = 0,"
+                   " next_attempt_at = NULL, updated_at = clock_timestamp()"
+                   " WHERE id = $1 AND state = 'pending' RETURNING state, generation",
+                   4, params);
+    if (err == BF_OK)
+        bf__format(detail, cap, "%s", empty ? "empty source set" : "bound captured");
+    return err;
+}
+
+/* The transition itself, in the caller's transaction, with the row already locked. */
+static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_action_result *out)
+{
+    PGresult *r = NULL;
+    char detail[64] = "";
+    bf_err err;
+    if (action == BF_ACTION_START) {
+        err = action_start(e, id, &r, detail, sizeof detail);
+    } else {
+        const char *params[] = {id};
+        err = bf__exec(e, &r, bf_action_name(action), transition_sql[action], 1, params);
+    }
+    if (err != BF_OK)
+        return err;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return bf__diag(e, BF_ERR_INTERNAL, "transition matched no row");
+    }
+    bf_state st = 0;
+    (void)bf_state_parse(bf__field(r, 0, 0), &st);
+    out->result = st;
+    out->generation = bf__field_i64(r, 0, 1);
+    out->changed = true;
+    PQclear(r);
+    bf__format(out->detail, sizeof out->detail, "accepted: %s -> %s%s%s",
+               bf_state_name(out->prior), bf_state_name(out->result), detail[0] ? ", " : "",
+               detail);
+    if (st == BF_STATE_RUNNING || st == BF_STATE_VALIDATING) {
+        const char *params[] = {id};
+        err = bf__exec0(e, "notify workers", "SELECT pg_notify('buzz_backfill', $1)", 1, params);
+    }
+    return err;
+}
+
+static void result_reset(bf_action_result *out)
+{
+    memset(out, 0, sizeof *out);
+}
+
+/* Audit a rejection in a transaction of its own (after the action's was rolled back). */
+static void audit_rejection_after_rollback(bf_engine *e, bf_action action, const char *id,
+                                           const bf_actor *who, bf_err err)
+{
+    char outcome[BF_DIAG_MAX];
+    bf__copy(outcome, sizeof outcome, e->diag);
+    if (bf_audit_rejection(e, bf_action_name(action), id, who, err, outcome) != BF_OK)
+        bf__log(e, BF_LOG_ERROR, "could not audit rejected %s of %s", bf_action_name(action),
+                bf_id_valid(id) ? id : "(invalid id)");
+    bf__copy(e->diag, sizeof e->diag, outcome);
+}
+
+static bool request_id_valid(const bf_actor *who)
+{
+    if (who == NULL || who->request_id == NULL)
+        return true;
+    size_t n = strlen(who->request_id);
+    return n >= 1 && n < BF_REQUEST_ID_MAX;
+}
+
+bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_actor *who,
+                       bf_action_result *out)
+{
+    if (e == NULL || out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    result_reset(out);
+    if (action < BF_ACTION_START || action > BF_ACTION_RETRY)
+        return out->err = BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return out->err = err;
+    if (!bf_id_valid(id) || !request_id_valid(who)) {
+        bf__diag(e, BF_ERR_INVALID_ARGUMENT, "invalid stable id or request id");
+        audit_rejection_after_rollback(e, action, id, who, BF_ERR_INVALID_ARGUMENT);
+        return out->err = BF_ERR_INVALID_ARGUMENT;
+    }
+    const char *name = bf_action_name(action);
+    if ((err = bf__begin(e, false)) != BF_OK)
+        return out->err = err;
+    bf_request_status rs;
+    err = bf__request_begin(e, name, id, who, out, &rs);
+    if (err == BF_OK && rs == BF_REQUEST_MISMATCH) {
+        bf__rollback(e);
+        bf__diag(e, BF_ERR_INVALID_ARGUMENT, "request id was used for a different request");
+        audit_rejection_after_rollback(e, action, id, who, BF_ERR_INVALID_ARGUMENT);
+        return out->err = BF_ERR_INVALID_ARGUMENT;
+    }
+    if (err == BF_OK && rs == BF_REQUEST_REPLAY) {
+        /* the original outcome stands; report the converged current state beside it */
+        bf_err stored = out->err;
+        char outcome[BF_DIAG_MAX];
+        bf__format(outcome, sizeof outcome, "replayed: %s", out->detail);
+        bf_audit_record rec = {id, name, who, out->prior, out->result, out->prior != 0,
+                               out->generation, outcome};
+        err = bf__get_row(e, id, false, &out->row);
+        if (err == BF_ERR_NOT_FOUND)
+            err = BF_OK;
+        if (err == BF_OK)
+            err = bf__audit(e, &rec);
+        if (err == BF_OK)
+            err = bf__commit(e);
+        if (err != BF_OK) {
+            bf__rollback(e);
+            return out->err = err;
+        }
+        bf__copy(e->diag, sizeof e->diag, out->detail);
+        return out->err = stored;
+    }
+    if (err == BF_OK) {
+        err = bf__get_row(e, id, true, &out->row);
+        if (err == BF_OK) {
+            out->prior = out->row.state;
+            out->result = out->row.state;
+            out->generation = out->row.generation;
+            plan_kind plan = action_plan(action, out->prior);
+            if (plan == PLAN_CHANGE) {
+                err = action_change(e, action, id, out);
+                if (err == BF_OK)
+                    err = bf__get_row(e, id, false, &out->row);
+            } else if (plan == PLAN_CONVERGED) {
+                bf__format(out->detail, sizeof out->detail, "converged: already %s",
+                           bf_state_name(out->prior));
+            } else {
+                out->err = BF_ERR_CONFLICT;
+                bf__format(out->detail, sizeof out->detail, "rejected: cannot %s a %s backfill",
+                           name, bf_state_name(out->prior));
+            }
+        } else if (err == BF_ERR_NOT_FOUND) {
+            out->err = BF_ERR_NOT_FOUND;
+            bf__format(out->detail, sizeof out->detail, "rejected: backfill not found");
+            err = BF_OK;
+        }
+    }
+    if (err == BF_OK) {
+        bf_audit_record rec = {id, name, who, out->prior, out->result, out->prior != 0,
+                               out->generation, out->detail};
+        err = bf__audit(e, &rec);
+    }
+    if (err == BF_OK)
+        err = bf__request_finish(e, who, out);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        audit_rejection_after_rollback(e, action, id, who, err);
+        bf_backfill keep = out->row;
+        result_reset(out);
+        out->row = keep;
+        bf__copy(out->detail, sizeof out->detail, e->diag);
+        return out->err = err;
+    }
+    bf__copy(e->diag, sizeof e->diag, out->detail);
+    if (out->err != BF_OK)
+        bf__log(e, BF_LOG_INFO, "%s of %s: %s", name, id, out->detail);
+    return out->err;
+}
+
+bf_err bf_start_required(bf_engine *e, const bf_actor *who, int *started_out)
+{
+    if (e == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    /* one request ID cannot name several starts: automatic starts are not idempotent requests,
+     * they converge through the state table instead */
+    bf_actor auto_who = {who ? who->actor : NULL, who ? who->authority : "automatic", NULL};
+    int started = 0;
+    for (size_t i = 0; i < bf_registry_count(e->reg); i++) {
+        const bf_definition *d = bf_registry_at(e->reg, i);
+        if (!d->required)
+            continue;
+        bf_backfill row;
+        bf_err err = bf_get(e, d->id, &row);
+        if (err != BF_OK)
+            return err;
+        if (row.state != BF_STATE_PENDING)
+            continue;
+        bf_action_result res;
+        err = bf_action_apply(e, BF_ACTION_START, d->id, &auto_who, &res);
+        /* a concurrent starter winning the race is convergence, not failure */
+        if (err == BF_ERR_CONFLICT)
+            continue;
+        if (err != BF_OK)
+            return err;
+        started += res.changed ? 1 : 0;
+    }
+    if (started_out != NULL)
+        *started_out = started;
+    return BF_OK;
+}

@@ -1,0 +1,245 @@
+/*
+ * backfill.c - the read model (one compact row per stable ID), registration, the readiness
+ * gate and the audit trail. Every read goes to PostgreSQL; nothing is cached.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* timestamps travel as microseconds since the epoch; NULL stays NULL (unknown) */
+#define US(col) "(extract(epoch FROM " col ") * 1000000)::bigint"
+
+const char bf__backfill_columns[] =
+    "b.id, b.state, b.required, b.description, b.owner_meta, b.revision, b.key_types,"
+    " b.batch_size, array_to_string(b.bound, ', '), b.bound_empty,"
+    " array_to_string(b.checkpoint, ', '), b.generation, b.claim_owner,"
+    " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"
+    " " US("b.claim_expires_at") ", b.attempts, " US("b.next_attempt_at") ","
+    " b.error_class, b.error_detail, b.validation_outcome, b.validation_detail,"
+    " " US("b.validated_at") ", b.validation_request, b.rows_committed,"
+    " b.batches_committed, b.source_estimate, " US("b.registered_at") ","
+    " " US("b.updated_at") ", " US("b.started_at") ", " US("b.last_progress_at") ","
+    " " US("b.completed_at") ", " US("clock_timestamp()");
+
+static bf_validation_outcome outcome_parse(const char *s)
+{
+    if (strcmp(s, "success") == 0)
+        return BF_VALIDATION_SUCCESS;
+    if (strcmp(s, "failure") == 0)
+        return BF_VALIDATION_FAILURE;
+    if (strcmp(s, "current-state") == 0)
+        return BF_VALIDATION_CURRENT_STATE;
+    return BF_VALIDATION_NONE;
+}
+
+void bf__row_from_result(const PGresult *r, int row, int col0, bf_backfill *out)
+{
+    memset(out, 0, sizeof *out);
+    int c = col0;
+    bf__copy(out->id, sizeof out->id, bf__field(r, row, c++));
+    bf_state st = 0;
+    if (bf_state_parse(bf__field(r, row, c++), &st) == BF_OK)
+        out->state = st;
+    out->required = bf__field_bool(r, row, c++);
+    bf__copy(out->description, sizeof out->description, bf__field(r, row, c++));
+    bf__copy(out->owner_meta, sizeof out->owner_meta, bf__field(r, row, c++));
+    bf__copy(out->revision, sizeof out->revision, bf__field(r, row, c++));
+    bf__copy(out->key_types, sizeof out->key_types, bf__field(r, row, c++));
+    out->batch_size = (int)bf__field_i64(r, row, c++);
+    out->has_bound = !bf__isnull(r, row, c);
+    bf__copy(out->bound, sizeof out->bound, bf__field(r, row, c++));
+    out->bound_empty = bf__field_bool(r, row, c++);
+    out->has_checkpoint = !bf__isnull(r, row, c);
+    bf__copy(out->checkpoint, sizeof out->checkpoint, bf__field(r, row, c++));
+    out->generation = bf__field_i64(r, row, c++);
+    bf__copy(out->claim_owner, sizeof out->claim_owner, bf__field(r, row, c++));
+    out->claimed = bf__field_bool(r, row, c++);
+    out->has_claim_expires = !bf__isnull(r, row, c);
+    out->claim_expires_at = bf__field_i64(r, row, c++);
+    out->attempts = (int)bf__field_i64(r, row, c++);
+    out->has_next_attempt = !bf__isnull(r, row, c);
+    out->next_attempt_at = bf__field_i64(r, row, c++);
+    bf__copy(out->error_class, sizeof out->error_class, bf__field(r, row, c++));
+    bf__copy(out->error_detail, sizeof out->error_detail, bf__field(r, row, c++));
+    out->validation = outcome_parse(bf__field(r, row, c++));
+    bf__copy(out->validation_detail, sizeof out->validation_detail, bf__field(r, row, c++));
+    out->has_validated_at = !bf__isnull(r, row, c);
+    out->validated_at = bf__field_i64(r, row, c++);
+    bf__copy(out->validation_request, sizeof out->validation_request, bf__field(r, row, c++));
+    out->rows_committed = bf__field_i64(r, row, c++);
+    out->batches_committed = bf__field_i64(r, row, c++);
+    out->has_source_estimate = !bf__isnull(r, row, c);
+    out->source_estimate = bf__field_i64(r, row, c++);
+    out->registered_at = bf__field_i64(r, row, c++);
+    out->updated_at = bf__field_i64(r, row, c++);
+    out->has_started_at = !bf__isnull(r, row, c);
+    out->started_at = bf__field_i64(r, row, c++);
+    out->has_last_progress_at = !bf__isnull(r, row, c);
+    out->last_progress_at = bf__field_i64(r, row, c++);
+    out->has_completed_at = !bf__isnull(r, row, c);
+    out->completed_at = bf__field_i64(r, row, c++);
+    out->now = bf__field_i64(r, row, c++);
+}
+
+bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
+{
+    char sql[2048];
+    bf__format(sql, sizeof sql, "SELECT %s FROM buzz_backfill.backfill b WHERE b.id = $1%s",
+               bf__backfill_columns, for_update ? " FOR UPDATE" : "");
+    PGresult *r = NULL;
+    const char *params[] = {id};
+    bf_err err = bf__exec(e, &r, "read backfill", sql, 1, params);
+    if (err != BF_OK)
+        return err;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
+    }
+    bf__row_from_result(r, 0, 0, out);
+    PQclear(r);
+    return BF_OK;
+}
+
+bf_err bf_get(bf_engine *e, const char *id, bf_backfill *out)
+{
+    if (e == NULL || out == NULL || !bf_id_valid(id))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    return bf__get_row(e, id, false, out);
+}
+
+bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_backfill *out,
+               int limit, int *count_out)
+{
+    if (e == NULL || out == NULL || count_out == NULL || limit < 1 || limit > 1000)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (after_id != NULL && after_id[0] != '\0' && !bf_id_valid(after_id))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    char sql[2048], lim[16];
+    bf__format(sql, sizeof sql,
+               "SELECT %s FROM buzz_backfill.backfill b"
+               " WHERE ($1::text IS NULL OR b.state = $1) AND ($2::text IS NULL OR b.id > $2)"
+               " ORDER BY b.id LIMIT $3::integer",
+               bf__backfill_columns);
+    bf__format(lim, sizeof lim, "%d", limit);
+    const char *params[] = {
+        state_filter ? bf_state_name(state_filter) : NULL,
+        after_id && after_id[0] ? after_id : NULL,
+        lim,
+    };
+    PGresult *r = NULL;
+    if ((err = bf__exec(e, &r, "list backfills", sql, 3, params)) != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++)
+        bf__row_from_result(r, i, 0, &out[i]);
+    PQclear(r);
+    *count_out = n;
+    return BF_OK;
+}
+
+/* ---- registration ---------------------------------------------------------------------- */
+
+bf_err bf_register(bf_engine *e, const bf_definition *def)
+{
+    if (e == NULL || def == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    const bf_compiled *c = bf__registry_compiled(e->reg, def->id, NULL);
+    if (c == NULL || c->def != def)
+        return bf__diag(e, BF_ERR_INVALID_ARGUMENT, "definition is not in this registry");
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    char batch[16];
+    bf__format(batch, sizeof batch, "%d", def->batch_size);
+    const char *params[] = {
+        def->id,          c->key_types,
+        batch,            def->required ? "true" : "false",
+        def->description ? def->description : "",
+        def->owner ? def->owner : "",
+        def->revision ? def->revision : "",
+    };
+    /* Converges on one row per stable ID whatever the order or repetition. Metadata is
+     * last-registration-wins; lifecycle, bound, checkpoint and generation are never touched.
+     * A row whose key types differ cannot be interpreted by this definition: fail closed. */
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "register definition",
+                   "INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
+                   " description, owner_meta, revision)"
+                   " VALUES ($1, $2, $3::integer, $4::boolean, $5, $6, $7)"
+                   " ON CONFLICT (id) DO UPDATE SET batch_size = EXCLUDED.batch_size,"
+                   " required = EXCLUDED.required, description = EXCLUDED.description,"
+                   " owner_meta = EXCLUDED.owner_meta, revision = EXCLUDED.revision,"
+                   " updated_at = clock_timestamp()"
+                   " WHERE b.key_types = EXCLUDED.key_types"
+                   " RETURNING b.id",
+                   7, params);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n == 0)
+        return bf__diag(e, BF_ERR_INCOMPATIBLE,
+                        "backfill %s was stored with other key types than this definition's",
+                        def->id);
+    return BF_OK;
+}
+
+bf_err bf_register_all(bf_engine *e)
+{
+    if (e == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < bf_registry_count(e->reg); i++) {
+        bf_err err = bf_register(e, bf_registry_at(e->reg, i));
+        if (err != BF_OK)
+            return err;
+    }
+    return BF_OK;
+}
+
+/* ---- readiness gate -------------------------------------------------------------------- */
+
+bf_err bf_gate(bf_engine *e, bf_backfill *ids, int max, int *gating_out)
+{
+    if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    char *req = bf__registry_ids_literal(e->reg, true);
+    if (req == NULL)
+        return BF_ERR_NOMEM;
+    /* a required ID without a row gates too (state 0: not registered) */
+    char sql[2400];
+    bf__format(sql, sizeof sql,
+               "SELECT r.id, b.id IS NULL, %s FROM unnest($1::text[]) AS r(id)"
+               " LEFT JOIN buzz_backfill.backfill b ON b.id = r.id"
+               " WHERE b.id IS NULL OR b.state <> 'completed' ORDER BY r.id",
+               bf__backfill_columns);
+    const char *params[] = {req};
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "readiness gate", sql, 1, params);
+    free(req);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    for (int i = 0; i < n && i < max; i++) {
+        bf_backfill *row = &ids[i];
+        if (bf__field_bool(r, i, 1)) {
+            memset(row, 0, sizeof *row);
+            bf__copy(row->id, sizeof row->id, bf__field(r, i, 0));
+        } else {
+            bf__row_from_result(r, i, 2, row); /* row columns follow the two leading ones */
+        }
+    }
+    PQclear(r);
+    *gating_out = n;
+    return BF_OK;
+}

@@ -1,0 +1,254 @@
+/*
+ * engine.c - one engine session: a PostgreSQL connection with the engine's session settings,
+ * the statement helpers every other file uses, and bounded, redacted diagnostics.
+ *
+ * Design notes: the session pins TimeZone, DateStyle and bytea_output so that key values render
+ * to the same canonical text in every process (bounds and checkpoints are stored as text[] of
+ * those renderings and compared after casting back to the key's types). Server messages are
+ * logged, never returned: the client-visible diagnostic names only the SQLSTATE and our label.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char session_setup[] =
+    "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex';"
+    "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;"
+    "SET application_name = 'buzz-backfill'; SET client_min_messages = 'warning'";
+
+void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
+{
+    if (cap == 0)
+        return;
+    int n = vsnprintf(dst, cap, fmt, ap);
+    if (n >= 0 && (size_t)n >= cap && cap > 4)
+        memcpy(dst + cap - 4, "...", 4);
+}
+
+void bf__format(char *dst, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bf__vformat(dst, cap, fmt, ap);
+    va_end(ap);
+}
+
+void bf__copy(char *dst, size_t cap, const char *src)
+{
+    bf__format(dst, cap, "%s", src ? src : "");
+}
+
+void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
+{
+    if (e == NULL || e->log == NULL)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    bf__vformat(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e->log(e->log_arg, level, msg);
+}
+
+bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bf__vformat(e->diag, sizeof e->diag, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *bf_engine_diag(const bf_engine *engine)
+{
+    return engine ? engine->diag : "";
+}
+
+const bf_registry *bf_engine_registry(const bf_engine *engine)
+{
+    return engine->reg;
+}
+
+static bf_err engine_connect(bf_engine *e)
+{
+    if (e->conn != NULL)
+        PQfinish(e->conn);
+    e->conn = PQconnectdb(e->conninfo);
+    if (e->conn == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    if (PQstatus(e->conn) != CONNECTION_OK) {
+        /* libpq's message may echo the host or user: log it, keep it out of the diagnostic */
+        bf__log(e, BF_LOG_WARN, "could not connect to database: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not connect to database");
+    }
+    PGresult *r = PQexec(e->conn, session_setup);
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st != PGRES_COMMAND_OK) {
+        bf__log(e, BF_LOG_ERROR, "session setup failed: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    }
+    if (e->prepared != NULL && e->reg != NULL)
+        memset(e->prepared, 0, bf_registry_count(e->reg));
+    return BF_OK;
+}
+
+bf_err bf__ensure_conn(bf_engine *e)
+{
+    if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK) {
+        if (PQtransactionStatus(e->conn) == PQTRANS_INERROR)
+            bf__rollback(e);
+        return BF_OK;
+    }
+    bf__log(e, BF_LOG_WARN, "database connection lost, reconnecting");
+    return engine_connect(e);
+}
+
+bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *reg)
+{
+    if (out == NULL || cfg == NULL || cfg->conninfo == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (cfg->lease_ms != 0 && cfg->lease_ms < 100)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_engine *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return BF_ERR_NOMEM;
+    e->conninfo = strdup(cfg->conninfo);
+    e->reg = reg;
+    e->lease_ms = cfg->lease_ms ? cfg->lease_ms : 30000;
+    e->statement_timeout_ms = cfg->statement_timeout_ms ? cfg->statement_timeout_ms : 10000;
+    e->lock_timeout_ms = cfg->lock_timeout_ms ? cfg->lock_timeout_ms : 2000;
+    e->log = cfg->log;
+    e->log_arg = cfg->log_arg;
+    if (cfg->owner != NULL && cfg->owner[0] != '\0') {
+        bf__copy(e->owner, sizeof e->owner, cfg->owner);
+    } else {
+        char host[64] = "host";
+        (void)gethostname(host, sizeof host - 1);
+        bf__format(e->owner, sizeof e->owner, "%s:%ld", host, (long)getpid());
+    }
+    size_t n = reg ? bf_registry_count(reg) : 0;
+    e->prepared = calloc(n ? n : 1, 1);
+    if (e->conninfo == NULL || e->prepared == NULL) {
+        bf_engine_close(e);
+        return BF_ERR_NOMEM;
+    }
+    bf_err err = engine_connect(e);
+    if (err != BF_OK) {
+        bf_engine_close(e);
+        return err;
+    }
+    *out = e;
+    return BF_OK;
+}
+
+void bf_engine_close(bf_engine *engine)
+{
+    if (engine == NULL)
+        return;
+    if (engine->conn != NULL)
+        PQfinish(engine->conn);
+    free(engine->conninfo);
+    free(engine->prepared);
+    free(engine);
+}
+
+bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorMessage(res) : NULL;
+    if (msg == NULL || msg[0] == '\0')
+        msg = PQerrorMessage(e->conn);
+    if (state == NULL && PQstatus(e->conn) != CONNECTION_OK)
+        state = "08006";
+    bf__copy(e->sqlstate, sizeof e->sqlstate, state ? state : "");
+    bf_sqlstate_class cls = bf__classify_sqlstate(state);
+    bf__log(e, BF_LOG_WARN, "%s failed: sqlstate=%s %s", what, state ? state : "none", msg);
+    /* the client sees only our label and the SQLSTATE: no server text, values or query */
+    bf__diag(e, cls.err, "%s: %s (%s)", what, cls.label, state ? state : "no sqlstate");
+    return cls.err;
+}
+
+bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
+                const char *const *params)
+{
+    e->sqlstate[0] = '\0';
+    PGresult *r = PQexecParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        if (out != NULL)
+            *out = r;
+        else
+            PQclear(r);
+        return BF_OK;
+    }
+    bf_err err = bf__pg_error(e, r, what);
+    PQclear(r);
+    return err;
+}
+
+bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,
+                 const char *const *params)
+{
+    return bf__exec(e, NULL, what, sql, nparams, params);
+}
+
+bf_err bf__begin(bf_engine *e, bool read_only)
+{
+    return bf__exec0(e, "begin",
+                     read_only ? "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY"
+                               : "BEGIN ISOLATION LEVEL READ COMMITTED",
+                     0, NULL);
+}
+
+bf_err bf__commit(bf_engine *e)
+{
+    return bf__exec0(e, "commit", "COMMIT", 0, NULL);
+}
+
+void bf__rollback(bf_engine *e)
+{
+    if (e->conn == NULL || PQstatus(e->conn) != CONNECTION_OK)
+        return;
+    PGresult *r = PQexec(e->conn, "ROLLBACK");
+    PQclear(r);
+}
+
+bf_err bf__set_local_timeouts(bf_engine *e)
+{
+    char sql[160];
+    bf__format(sql, sizeof sql, "SET LOCAL statement_timeout = %d; SET LOCAL lock_timeout = %d",
+               e->statement_timeout_ms, e->lock_timeout_ms);
+    PGresult *r = PQexec(e->conn, sql);
+    bf_err err = BF_OK;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        err = bf__pg_error(e, r, "set timeouts");
+    PQclear(r);
+    return err;
+}
+
+const char *bf__field(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col);
+}
+
+bool bf__isnull(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) != 0;
+}
+
+int64_t bf__field_i64(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+bool bf__field_bool(const PGresult *r, int row, int col)
+{
+    return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}

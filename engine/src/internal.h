@@ -1,0 +1,190 @@
+/*
+ * internal.h - what the engine's source files share and nothing outside engine/ may use.
+ */
+#ifndef BUZZ_ENGINE_INTERNAL_H
+#define BUZZ_ENGINE_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#include "buzz/definition.h"
+#include "buzz/engine.h"
+
+#define BF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- compiled definitions (registry.c) ------------------------------------------------- */
+
+/* The SQL the engine derives from one definition, built once when it joins a registry. */
+typedef struct bf_compiled {
+    const bf_definition *def;
+    char key_types[96];   /* canonical key signature, "timestamptz,bytea" */
+    char *sql_bound;      /* capture the inclusive upper bound: greatest key as text[] */
+    char *sql_estimate;   /* planner row estimate of the source table */
+    char *sql_batch[2];   /* declarative batch: [0] before any checkpoint, [1] after one */
+    char *sql_keys[2];    /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3 after) */
+    char *sql_vchunk[2];  /* declarative validation chunk: count, bad, last key */
+    char *sql_create_batch; /* callback forms: CREATE TEMP TABLE bf_batch ... ON COMMIT DROP */
+    char *sql_batch_last; /* callback forms: greatest key in bf_batch as text[] */
+    char *sql_fence;      /* callback batch: fenced checkpoint advance from bf_batch */
+    char *sql_prereq;     /* prerequisite check, or NULL */
+} bf_compiled;
+
+struct bf_registry {
+    bf_compiled *items;
+    size_t count, cap;
+    void **modules; /* dlopen handles kept for the registry's lifetime */
+    size_t nmodules;
+};
+
+const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id, size_t *index);
+/* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked); malloc'd. */
+char *bf__registry_ids_literal(const bf_registry *reg, bool required_only);
+
+/* ---- engine session (engine.c) --------------------------------------------------------- */
+
+struct bf_engine {
+    PGconn *conn;
+    char *conninfo;
+    const bf_registry *reg;
+    char owner[BF_OWNER_MAX];
+    int lease_ms;
+    int statement_timeout_ms;
+    int lock_timeout_ms;
+    bf_log_fn log;
+    void *log_arg;
+    unsigned char *prepared; /* per registry index: bit 0 batch first, bit 1 batch next */
+    char diag[BF_DIAG_MAX];
+    char sqlstate[6]; /* of the last failed statement, "" otherwise */
+};
+
+void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Set the engine's client-safe diagnostic (bounded); returns err for tail calls. */
+bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Make sure the connection is usable, reconnecting once when it broke. */
+bf_err bf__ensure_conn(bf_engine *e);
+
+/*
+ * Turn a failed PGresult into a bf_err: logs the full server message with `what`, records the
+ * SQLSTATE, sets a redacted diagnostic and classifies through the SQLSTATE table. Does not
+ * clear the result.
+ */
+bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what);
+
+/* Run a statement with text parameters. Returns the result in *out (caller clears) when its
+ * status is COMMAND_OK or TUPLES_OK; otherwise clears it and returns the classified error. */
+bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
+                const char *const *params);
+/* bf__exec() for statements whose result is not needed. */
+bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,
+                 const char *const *params);
+/* Plain BEGIN / COMMIT / ROLLBACK (rollback never fails loudly). */
+bf_err bf__begin(bf_engine *e, bool read_only);
+bf_err bf__commit(bf_engine *e);
+void bf__rollback(bf_engine *e);
+/* SET LOCAL statement and lock timeouts in the current transaction. */
+bf_err bf__set_local_timeouts(bf_engine *e);
+
+/* Result field helpers: NULL fields read as "" / 0 / false. */
+const char *bf__field(const PGresult *r, int row, int col);
+bool bf__isnull(const PGresult *r, int row, int col);
+int64_t bf__field_i64(const PGresult *r, int row, int col);
+bool bf__field_bool(const PGresult *r, int row, int col);
+
+/* Bounded copy with a truncation marker when src does not fit. */
+void bf__copy(char *dst, size_t cap, const char *src);
+/* Bounded printf that never overflows; truncated output ends with "...". */
+void bf__format(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap);
+
+/* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
+
+typedef struct bf_sqlstate_class {
+    bf_err err;        /* BF_ERR_RETRYABLE, BF_ERR_PREREQUISITE, ... */
+    const char *label; /* short client-safe description, "lock timeout" */
+} bf_sqlstate_class;
+
+bf_sqlstate_class bf__classify_sqlstate(const char *sqlstate);
+/* The error_class vocabulary stored in the backfill row for an execution error. */
+const char *bf__error_class_name(bf_err err);
+
+/* ---- read model (backfill.c) ----------------------------------------------------------- */
+
+/* The column list bf__row_from_result() expects, for "SELECT <cols> FROM buzz_backfill.backfill b". */
+extern const char bf__backfill_columns[];
+/* Decode the columns of bf__backfill_columns starting at column col0. */
+void bf__row_from_result(const PGresult *r, int row, int col0, bf_backfill *out);
+/* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
+bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);
+
+/* ---- audit (audit.c) ------------------------------------------------------------------- */
+
+typedef struct bf_audit_record {
+    const char *backfill_id;
+    const char *action;
+    const bf_actor *who;
+    bf_state prior;  /* 0 = none */
+    bf_state result; /* 0 = none */
+    bool has_generation;
+    int64_t generation;
+    const char *outcome;
+} bf_audit_record;
+
+/* Insert one audit row in the caller's transaction. */
+bf_err bf__audit(bf_engine *e, const bf_audit_record *rec);
+
+/* ---- idempotent requests (request.c) --------------------------------------------------- */
+
+typedef enum bf_request_status {
+    BF_REQUEST_NONE,        /* no request ID: not idempotent */
+    BF_REQUEST_NEW,         /* recorded now, in the caller's transaction */
+    BF_REQUEST_REPLAY,      /* finished earlier: out holds the original outcome */
+    BF_REQUEST_MISMATCH,    /* the ID belongs to a different request */
+    BF_REQUEST_IN_PROGRESS, /* recorded, no outcome yet (a validation still running or lost) */
+} bf_request_status;
+
+bf_err bf__request_begin(bf_engine *e, const char *action, const char *id, const bf_actor *who,
+                         bf_action_result *out, bf_request_status *status);
+bf_err bf__request_finish(bf_engine *e, const bf_actor *who, const bf_action_result *res);
+
+/* ---- validation (validate.c) ----------------------------------------------------------- */
+
+typedef struct bf_validation_run {
+    bf_validation_outcome outcome;
+    bf_err verdict; /* BF_OK, BF_ERR_VALIDATION_FAILED, BF_ERR_PREREQUISITE, or a run error */
+    char detail[BF_DIAG_MAX];
+} bf_validation_run;
+
+/* Called between chunks; return non-BF_OK to abandon the run (e.g. claim lost). */
+typedef bf_err (*bf_chunk_gate_fn)(void *arg);
+
+/*
+ * Run the definition's read-only validation from the first key through the bound, one READ
+ * ONLY transaction per chunk. Returns BF_OK when the run reached a verdict (in run->verdict);
+ * an error when it could not run (connection, timeout, abandoned).
+ */
+bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound, bool bound_empty,
+                          bf_chunk_gate_fn gate, void *gate_arg, bf_validation_run *run);
+
+/* Advisory lock serialising validation per stable ID (session level). */
+bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired);
+void bf__validation_unlock(bf_engine *e, const char *id);
+
+/* ---- callback transactions (txn.c) ----------------------------------------------------- */
+
+struct bf_txn {
+    bf_engine *engine;
+    long limit;   /* row budget; LONG_MAX for validation */
+    long touched; /* rows counted so far */
+    long batch_rows;
+    bf_err first_err; /* first database or bound error; later statements do not run */
+    bool diag_set;
+    char diag[BF_DIAG_MAX];
+};
+
+void bf__txn_init(bf_txn *txn, bf_engine *e, long limit, long batch_rows);
+bf_err bf__txn_verdict(bf_txn *txn, bf_err callback_verdict, char *detail, size_t cap);
+
+#endif /* BUZZ_ENGINE_INTERNAL_H */

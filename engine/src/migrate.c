@@ -1,0 +1,257 @@
+/*
+ * migrate.c - the engine's own versioned schema (buzz_backfill), applied under an advisory lock.
+ *
+ * Each migration is append-only: once released its SQL never changes (the checksum of every
+ * applied version is verified on each run), and a database at a version this binary does not
+ * know is refused with BF_ERR_SCHEMA_TOO_NEW instead of being guessed at.
+ */
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MIGRATION_LOCK "SELECT pg_advisory_xact_lock(1111883776, 1)"
+
+typedef struct migration {
+    int version;
+    const char *name;
+    const char *sql;
+} migration;
+
+static const char m1_core[] =
+    "CREATE TABLE buzz_backfill.backfill ("
+    "  id text PRIMARY KEY CHECK (id ~ '^[a-z][a-z0-9_.-]{2,62}$'),"
+    "  state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','running','paused',"
+    "    'blocked','failed','validating','completed')),"
+    "  key_types text NOT NULL CHECK (octet_length(key_types) BETWEEN 1 AND 95),"
+    "  batch_size integer NOT NULL CHECK (batch_size BETWEEN 1 AND 100000),"
+    "  required boolean NOT NULL DEFAULT false,"
+    "  description text NOT NULL DEFAULT '' CHECK (octet_length(description) <= 200),"
+    "  owner_meta text NOT NULL DEFAULT '' CHECK (octet_length(owner_meta) <= 200),"
+    "  revision text NOT NULL DEFAULT '' CHECK (octet_length(revision) <= 200),"
+    "  bound text[],"
+    "  bound_empty boolean,"
+    "  checkpoint text[],"
+    "  generation bigint NOT NULL DEFAULT 0 CHECK (generation >= 0),"
+    "  claim_owner text CHECK (octet_length(claim_owner) < 128),"
+    "  claim_expires_at timestamptz,"
+    "  claimed_at timestamptz,"
+    "  attempts integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),"
+    "  next_attempt_at timestamptz,"
+    "  error_class text CHECK (octet_length(error_class) < 32),"
+    "  error_detail text CHECK (octet_length(error_detail) < 512),"
+    "  error_at timestamptz,"
+    "  validation_outcome text CHECK (validation_outcome IN ('success','failure','current-state')),"
+    "  validation_detail text CHECK (octet_length(validation_detail) < 512),"
+    "  validated_at timestamptz,"
+    "  validation_request text CHECK (octet_length(validation_request) < 64),"
+    "  rows_committed bigint NOT NULL DEFAULT 0,"
+    "  batches_committed bigint NOT NULL DEFAULT 0,"
+    "  source_estimate bigint,"
+    "  registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),"
+    "  updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),"
+    "  started_at timestamptz,"
+    "  last_progress_at timestamptz,"
+    "  completed_at timestamptz,"
+    "  CHECK ((state = 'pending') = (bound_empty IS NULL)),"
+    "  CHECK (bound IS NULL OR bound_empty = false),"
+    "  CHECK ((claim_owner IS NULL) = (claim_expires_at IS NULL)),"
+    "  CHECK (state IN ('running','validating') OR claim_owner IS NULL)"
+    ");"
+    "CREATE TABLE buzz_backfill.audit ("
+    "  seq bigserial PRIMARY KEY,"
+    "  at timestamptz NOT NULL DEFAULT clock_timestamp(),"
+    "  backfill_id text CHECK (octet_length(backfill_id) <= 80),"
+    "  action text NOT NULL CHECK (octet_length(action) < 24),"
+    "  actor text CHECK (octet_length(actor) < 128),"
+    "  authority text NOT NULL CHECK (octet_length(authority) < 128),"
+    "  request_id text CHECK (octet_length(request_id) < 64),"
+    "  prior_state text,"
+    "  result_state text,"
+    "  generation bigint,"
+    "  outcome text NOT NULL CHECK (octet_length(outcome) < 512)"
+    ");"
+    "CREATE INDEX audit_backfill_seq ON buzz_backfill.audit (backfill_id, seq DESC);"
+    /* the audit is append-only */
+    "CREATE FUNCTION buzz_backfill.audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
+    "BEGIN RAISE EXCEPTION 'audit is append-only' USING ERRCODE = 'BFI03'; END $$;"
+    "CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON buzz_backfill.audit"
+    "  FOR EACH ROW EXECUTE FUNCTION buzz_backfill.audit_append_only();"
+    /* completed rows are immutable; a captured bound is never changed */
+    "CREATE FUNCTION buzz_backfill.guard_backfill() RETURNS trigger LANGUAGE plpgsql AS $$"
+    "BEGIN"
+    "  IF TG_OP = 'DELETE' THEN"
+    "    IF OLD.state = 'completed' THEN"
+    "      RAISE EXCEPTION 'completed backfill is immutable' USING ERRCODE = 'BFI01';"
+    "    END IF;"
+    "    RETURN OLD;"
+    "  END IF;"
+    "  IF OLD.state = 'completed' AND"
+    "     ROW(NEW.state, NEW.bound, NEW.bound_empty, NEW.checkpoint, NEW.generation,"
+    "         NEW.claim_owner, NEW.rows_committed, NEW.batches_committed, NEW.started_at,"
+    "         NEW.completed_at, NEW.key_types)"
+    "     IS DISTINCT FROM"
+    "     ROW(OLD.state, OLD.bound, OLD.bound_empty, OLD.checkpoint, OLD.generation,"
+    "         OLD.claim_owner, OLD.rows_committed, OLD.batches_committed, OLD.started_at,"
+    "         OLD.completed_at, OLD.key_types) THEN"
+    "    RAISE EXCEPTION 'completed backfill is immutable' USING ERRCODE = 'BFI01';"
+    "  END IF;"
+    "  IF OLD.bound_empty IS NOT NULL AND"
+    "     ROW(NEW.bound, NEW.bound_empty) IS DISTINCT FROM ROW(OLD.bound, OLD.bound_empty) THEN"
+    "    RAISE EXCEPTION 'captured bound is immutable' USING ERRCODE = 'BFI02';"
+    "  END IF;"
+    "  RETURN NEW;"
+    "END $$;"
+    "CREATE TRIGGER guard_backfill BEFORE UPDATE OR DELETE ON buzz_backfill.backfill"
+    "  FOR EACH ROW EXECUTE FUNCTION buzz_backfill.guard_backfill();"
+    /* verdict of a declarative batch statement: raises to roll the whole batch back */
+    "CREATE FUNCTION buzz_backfill.batch_verdict(selected bigint, touched bigint, fenced bigint,"
+    "    batch_limit bigint) RETURNS bigint LANGUAGE plpgsql AS $$"
+    "BEGIN"
+    "  IF selected > batch_limit OR touched > batch_limit THEN"
+    "    RAISE EXCEPTION 'batch exceeded its bound' USING ERRCODE = 'BFB01';"
+    "  END IF;"
+    "  IF selected > 0 AND fenced = 0 THEN"
+    "    RAISE EXCEPTION 'claim or generation no longer current' USING ERRCODE = 'BFS01';"
+    "  END IF;"
+    "  RETURN touched;"
+    "END $$;";
+
+static const char m2_requests[] =
+    "CREATE TABLE buzz_backfill.request ("
+    "  request_id text PRIMARY KEY CHECK (octet_length(request_id) BETWEEN 1 AND 63),"
+    "  action text NOT NULL CHECK (octet_length(action) < 24),"
+    "  backfill_id text NOT NULL CHECK (octet_length(backfill_id) <= 80),"
+    "  err integer,"
+    "  changed boolean,"
+    "  prior_state text,"
+    "  result_state text,"
+    "  generation bigint,"
+    "  validation_outcome text,"
+    "  detail text CHECK (octet_length(detail) < 512),"
+    "  created_at timestamptz NOT NULL DEFAULT clock_timestamp()"
+    ");"
+    "CREATE INDEX request_created_at ON buzz_backfill.request (created_at);";
+
+static const migration migrations[] = {
+    {1, "core: backfill, audit, guards", m1_core},
+    {2, "idempotent requests", m2_requests},
+};
+
+_Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");
+
+static void migration_checksum(const migration *m, char hex[65])
+{
+    unsigned char digest[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(digest, (const unsigned char *)m->sql, strlen(m->sql));
+    sodium_bin2hex(hex, 65, digest, sizeof digest);
+}
+
+/* Compare applied versions with the known list. *next_out = first version to apply. */
+static bf_err migrate_verify(bf_engine *e, const PGresult *applied, int *next_out)
+{
+    int next = 1;
+    for (int i = 0; i < PQntuples(applied); i++) {
+        int version = (int)bf__field_i64(applied, i, 0);
+        if (version > BF_SCHEMA_VERSION)
+            return bf__diag(e, BF_ERR_SCHEMA_TOO_NEW,
+                            "database has engine schema version %d; this binary knows up to %d",
+                            version, BF_SCHEMA_VERSION);
+        if (version != next)
+            return bf__diag(e, BF_ERR_SCHEMA_CHECKSUM, "engine schema version %d is missing",
+                            next);
+        char hex[65];
+        migration_checksum(&migrations[version - 1], hex);
+        if (strcmp(hex, bf__field(applied, i, 1)) != 0)
+            return bf__diag(e, BF_ERR_SCHEMA_CHECKSUM,
+                            "engine schema version %d does not match this binary", version);
+        next++;
+    }
+    *next_out = next;
+    return BF_OK;
+}
+
+static const char applied_sql[] =
+    "SELECT version, checksum FROM buzz_backfill.schema_migration ORDER BY version";
+
+bf_err bf_migrate(bf_engine *e)
+{
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    if ((err = bf__begin(e, false)) != BF_OK)
+        return err;
+    PGresult *applied = NULL;
+    int next = 1;
+    err = bf__exec0(e, "migration lock", MIGRATION_LOCK, 0, NULL);
+    if (err == BF_OK)
+        err = bf__exec0(e, "create schema", "CREATE SCHEMA IF NOT EXISTS buzz_backfill", 0, NULL);
+    if (err == BF_OK)
+        err = bf__exec0(e, "create migration table",
+                        "CREATE TABLE IF NOT EXISTS buzz_backfill.schema_migration ("
+                        " version integer PRIMARY KEY, name text NOT NULL,"
+                        " checksum text NOT NULL,"
+                        " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+                        0, NULL);
+    if (err == BF_OK)
+        err = bf__exec(e, &applied, "read migrations", applied_sql, 0, NULL);
+    if (err == BF_OK) {
+        err = migrate_verify(e, applied, &next);
+        PQclear(applied);
+    }
+    for (int v = next; err == BF_OK && v <= BF_SCHEMA_VERSION; v++) {
+        const migration *m = &migrations[v - 1];
+        PGresult *r = PQexec(e->conn, m->sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            err = bf__pg_error(e, r, "apply migration");
+        PQclear(r);
+        if (err != BF_OK)
+            break;
+        char version[16], hex[65];
+        bf__format(version, sizeof version, "%d", v);
+        migration_checksum(m, hex);
+        const char *params[] = {version, m->name, hex};
+        err = bf__exec0(e, "record migration",
+                        "INSERT INTO buzz_backfill.schema_migration (version, name, checksum)"
+                        " VALUES ($1::integer, $2, $3)",
+                        3, params);
+        if (err == BF_OK)
+            bf__log(e, BF_LOG_INFO, "applied engine migration %d (%s)", v, m->name);
+    }
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK)
+        bf__rollback(e);
+    return err;
+}
+
+bf_err bf_schema_check(bf_engine *e, int *version_out)
+{
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "schema check",
+                   "SELECT to_regclass('buzz_backfill.schema_migration') IS NOT NULL", 0, NULL);
+    if (err != BF_OK)
+        return err;
+    bool exists = bf__field_bool(r, 0, 0);
+    PQclear(r);
+    if (!exists)
+        return bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed");
+    if ((err = bf__exec(e, &r, "read migrations", applied_sql, 0, NULL)) != BF_OK)
+        return err;
+    int next = 1;
+    err = migrate_verify(e, r, &next);
+    PQclear(r);
+    if (err != BF_OK)
+        return err;
+    if (next <= BF_SCHEMA_VERSION)
+        return bf__diag(e, BF_ERR_SCHEMA_MISSING,
+                        "engine schema is at version %d; this binary needs %d", next - 1,
+                        BF_SCHEMA_VERSION);
+    if (version_out != NULL)
+        *version_out = next - 1;
+    return BF_OK;
+}

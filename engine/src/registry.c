@@ -1,0 +1,548 @@
+/*
+ * registry.c - the definitions this process knows, validated and compiled to SQL once.
+ *
+ * Design notes: keys are compared as typed row values, "(t.a, t.b) > (($4::text[])[1]::T1,
+ * ($4::text[])[2]::T2)", so a compound key with ties on its first column neither skips nor
+ * repeats rows, and a btree index on the key serves every keyset step. Each statement exists
+ * in two variants, before any checkpoint and after one, so that no "$n IS NULL OR" defeats the
+ * index. Identifiers are validated and quoted here; needs_repair, update_set and prerequisite
+ * are application code (definitions are not runtime input) and are embedded as written.
+ */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "strbuf.h"
+
+static const char *const key_type_names[] = {
+    [BF_KEY_BIGINT] = "bigint", [BF_KEY_INTEGER] = "integer", [BF_KEY_TIMESTAMPTZ] = "timestamptz",
+    [BF_KEY_BYTEA] = "bytea",   [BF_KEY_UUID] = "uuid",
+};
+
+const char *bf_key_type_name(bf_key_type type)
+{
+    if (type < BF_KEY_BIGINT || type > BF_KEY_UUID)
+        return NULL;
+    return key_type_names[type];
+}
+
+bool bf_id_valid(const char *id)
+{
+    if (id == NULL)
+        return false;
+    size_t n = strlen(id);
+    if (n < 3 || n > BF_ID_MAX || !(id[0] >= 'a' && id[0] <= 'z'))
+        return false;
+    for (size_t i = 1; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static bool ident_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > 63 || !(islower((unsigned char)s[0]) || s[0] == '_'))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '_'))
+            return false;
+    return true;
+}
+
+static bool table_valid(const char *table)
+{
+    if (table == NULL)
+        return false;
+    const char *dot = strchr(table, '.');
+    if (dot == NULL)
+        return ident_valid(table, strlen(table));
+    return ident_valid(table, (size_t)(dot - table)) && ident_valid(dot + 1, strlen(dot + 1));
+}
+
+static bool meta_valid(const char *s)
+{
+    return s == NULL || strlen(s) <= BF_META_MAX;
+}
+
+static bf_err def_error(char *diag, size_t len, const char *id, const char *why)
+{
+    if (diag != NULL && len > 0)
+        bf__format(diag, len, "definition %s: %s", bf_id_valid(id) ? id : "(invalid id)", why);
+    return BF_ERR_DEFINITION;
+}
+
+static bf_err definition_check(const bf_definition *d, char *diag, size_t len)
+{
+    if (!bf_id_valid(d->id))
+        return def_error(diag, len, d->id, "stable id must match [a-z][a-z0-9_.-]{2,62}");
+    if (!table_valid(d->table))
+        return def_error(diag, len, d->id, "table must be [schema.]table in lower case");
+    if (d->nkey < 1 || d->nkey > BF_MAX_KEY_COLUMNS)
+        return def_error(diag, len, d->id, "ordering key needs 1 to 4 columns");
+    for (int i = 0; i < d->nkey; i++) {
+        if (d->key[i].name == NULL || !ident_valid(d->key[i].name, strlen(d->key[i].name)))
+            return def_error(diag, len, d->id, "key column names must be lower-case identifiers");
+        if (bf_key_type_name(d->key[i].type) == NULL)
+            return def_error(diag, len, d->id, "unsupported key column type");
+        for (int j = 0; j < i; j++)
+            if (strcmp(d->key[i].name, d->key[j].name) == 0)
+                return def_error(diag, len, d->id, "key columns must be distinct");
+    }
+    if (d->batch_size < 1 || d->batch_size > BF_BATCH_MAX)
+        return def_error(diag, len, d->id, "batch_size must be 1..100000");
+    if (d->validate_chunk < 0 || d->validate_chunk > BF_BATCH_MAX)
+        return def_error(diag, len, d->id, "validate_chunk must be 0..100000");
+    bool has_repair = d->needs_repair != NULL && d->needs_repair[0] != '\0';
+    bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
+    if (d->mutate == NULL && (d->update_set == NULL || d->update_set[0] == '\0' || !has_repair))
+        return def_error(diag, len, d->id, "needs update_set and needs_repair, or mutate");
+    if (d->validate == NULL && !has_repair && !has_post)
+        return def_error(diag, len, d->id, "needs needs_repair, postcondition or validate");
+    if (!meta_valid(d->description) || !meta_valid(d->owner) || !meta_valid(d->revision))
+        return def_error(diag, len, d->id, "metadata fields are limited to 200 bytes");
+    if (d->retry.max_attempts < 0 || d->retry.max_attempts > 100 || d->retry.base_ms < 0 ||
+        d->retry.cap_ms < 0 || d->retry.cap_ms > 3600 * 1000)
+        return def_error(diag, len, d->id, "retry policy out of range");
+    return BF_OK;
+}
+
+/* ---- SQL fragments --------------------------------------------------------------------- */
+
+static void add_table(bf_strbuf *sb, const char *table)
+{
+    const char *dot = strchr(table, '.');
+    if (dot == NULL)
+        bf_strbuf_addf(sb, "\"%s\"", table);
+    else
+        bf_strbuf_addf(sb, "\"%.*s\".\"%s\"", (int)(dot - table), table, dot + 1);
+}
+
+/* p."a", p."b" [DESC] */
+static void add_cols(bf_strbuf *sb, const bf_definition *d, const char *p, const char *suffix)
+{
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(sb, "%s%s.\"%s\"%s", i ? ", " : "", p, d->key[i].name, suffix);
+}
+
+/* p."a"  or  (p."a", p."b") */
+static void add_tuple(bf_strbuf *sb, const bf_definition *d, const char *p)
+{
+    if (d->nkey > 1)
+        bf_strbuf_add(sb, "(");
+    add_cols(sb, d, p, "");
+    if (d->nkey > 1)
+        bf_strbuf_add(sb, ")");
+}
+
+/* ($n::text[])[1]::T1  or  (($n::text[])[1]::T1, ($n::text[])[2]::T2) */
+static void add_param(bf_strbuf *sb, const bf_definition *d, int n)
+{
+    if (d->nkey > 1)
+        bf_strbuf_add(sb, "(");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(sb, "%s($%d::text[])[%d]::%s", i ? ", " : "", n, i + 1,
+                       bf_key_type_name(d->key[i].type));
+    if (d->nkey > 1)
+        bf_strbuf_add(sb, ")");
+}
+
+/* ARRAY[p."a"::text, p."b"::text] */
+static void add_text_array(bf_strbuf *sb, const bf_definition *d, const char *p)
+{
+    bf_strbuf_add(sb, "ARRAY[");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(sb, "%s%s.\"%s\"::text", i ? ", " : "", p, d->key[i].name);
+    bf_strbuf_add(sb, "]");
+}
+
+/* t.<key> > $after AND t.<key> <= $bound  (after omitted when after_param == 0) */
+static void add_range(bf_strbuf *sb, const bf_definition *d, int after_param, int bound_param)
+{
+    if (after_param > 0) {
+        add_tuple(sb, d, "t");
+        bf_strbuf_add(sb, " > ");
+        add_param(sb, d, after_param);
+        bf_strbuf_add(sb, " AND ");
+    }
+    add_tuple(sb, d, "t");
+    bf_strbuf_add(sb, " <= ");
+    add_param(sb, d, bound_param);
+}
+
+/* SELECT t.keys FROM table t WHERE range ORDER BY keys LIMIT $limit */
+static void add_keyset(bf_strbuf *sb, const bf_definition *d, int after, int bound, int limit)
+{
+    bf_strbuf_add(sb, "SELECT ");
+    add_cols(sb, d, "t", "");
+    bf_strbuf_add(sb, " FROM ");
+    add_table(sb, d->table);
+    bf_strbuf_add(sb, " t WHERE ");
+    add_range(sb, d, after, bound);
+    bf_strbuf_add(sb, " ORDER BY ");
+    add_cols(sb, d, "t", "");
+    bf_strbuf_addf(sb, " LIMIT $%d", limit);
+}
+
+/* the fence shared by both batch forms: lifecycle, generation, owner, live claim, CAS on the
+ * old checkpoint, and the new checkpoint strictly after the old and not beyond the bound */
+static void add_fence_where(bf_strbuf *sb, const bf_definition *d, const char *last_rel,
+                            bool has_checkpoint)
+{
+    bf_strbuf_add(sb, " WHERE f.id = $1 AND f.state = 'running' AND f.generation = $2::bigint"
+                      " AND f.claim_owner = $3 AND f.claim_expires_at > clock_timestamp()"
+                      " AND f.checkpoint IS NOT DISTINCT FROM $4::text[]"
+                      " AND EXISTS (SELECT 1 FROM ");
+    bf_strbuf_add(sb, last_rel);
+    bf_strbuf_add(sb, " l WHERE ");
+    add_tuple(sb, d, "l");
+    bf_strbuf_add(sb, " <= ");
+    add_param(sb, d, 5);
+    if (has_checkpoint) {
+        bf_strbuf_add(sb, " AND ");
+        add_tuple(sb, d, "l");
+        bf_strbuf_add(sb, " > ");
+        add_param(sb, d, 4);
+    }
+    bf_strbuf_add(sb, ")");
+}
+
+static void add_fence_set(bf_strbuf *sb, const bf_definition *d, const char *last_rel,
+                          const char *touched)
+{
+    bf_strbuf_add(sb, "UPDATE buzz_backfill.backfill f SET checkpoint = (SELECT ");
+    add_text_array(sb, d, "l");
+    bf_strbuf_addf(sb, " FROM %s l), rows_committed = f.rows_committed + %s,", last_rel, touched);
+    bf_strbuf_add(sb, " batches_committed = f.batches_committed + 1, attempts = 0,"
+                      " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
+                      " updated_at = clock_timestamp(),"
+                      " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'");
+}
+
+/* Declarative batch: select, mutate, fence and verdict in one statement.
+ * $1 id, $2 generation, $3 owner, $4 checkpoint, $5 bound, $6 limit, $7 lease_ms */
+static char *compile_batch(const bf_definition *d, bool has_checkpoint)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "WITH bf_batch AS MATERIALIZED (");
+    add_keyset(&sb, d, has_checkpoint ? 4 : 0, 5, 6);
+    bf_strbuf_add(&sb, "), bf_last AS (SELECT ");
+    add_cols(&sb, d, "b", "");
+    bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
+    add_cols(&sb, d, "b", " DESC");
+    bf_strbuf_add(&sb, " LIMIT 1), bf_mutated AS (UPDATE ");
+    add_table(&sb, d->table);
+    bf_strbuf_addf(&sb, " t SET %s FROM bf_batch b WHERE ", d->update_set);
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "t.\"%s\" = b.\"%s\" AND ", d->key[i].name, d->key[i].name);
+    bf_strbuf_addf(&sb, "(%s) RETURNING 1), bf_fence AS (", d->needs_repair);
+    add_fence_set(&sb, d, "bf_last", "(SELECT count(*) FROM bf_mutated)");
+    add_fence_where(&sb, d, "bf_last", has_checkpoint);
+    bf_strbuf_add(&sb, " RETURNING f.checkpoint) SELECT buzz_backfill.batch_verdict("
+                       "(SELECT count(*) FROM bf_batch), (SELECT count(*) FROM bf_mutated),"
+                       " (SELECT count(*) FROM bf_fence), $6::bigint),"
+                       " (SELECT count(*) FROM bf_batch), (SELECT checkpoint::text FROM bf_fence)");
+    return bf_strbuf_take(&sb);
+}
+
+/* Callback forms: create bf_batch, then fill it. $1 after (variant 1), $2 bound, $3 limit...
+ * The CREATE has no parameters; the INSERT takes ($1 bound, $2 limit[, $3 after]). */
+static char *compile_keys(const bf_definition *d, bool has_after)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "INSERT INTO bf_batch ");
+    add_keyset(&sb, d, has_after ? 3 : 0, 1, 2);
+    return bf_strbuf_take(&sb);
+}
+
+static char *compile_create_batch(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "CREATE TEMP TABLE bf_batch (");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "%s\"%s\" %s", i ? ", " : "", d->key[i].name,
+                       bf_key_type_name(d->key[i].type));
+    bf_strbuf_add(&sb, ") ON COMMIT DROP");
+    return bf_strbuf_take(&sb);
+}
+
+/* Callback batch fence. $1..$5 as the batch, $6 touched, $7 lease_ms. Returns the new
+ * checkpoint; zero rows means fenced out. */
+static char *compile_fence(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "WITH bf_last AS (SELECT ");
+    add_cols(&sb, d, "b", "");
+    bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
+    add_cols(&sb, d, "b", " DESC");
+    bf_strbuf_add(&sb, " LIMIT 1) ");
+    add_fence_set(&sb, d, "bf_last", "$6::bigint");
+    add_fence_where(&sb, d, "bf_last", true);
+    bf_strbuf_add(&sb, " RETURNING f.checkpoint::text");
+    return bf_strbuf_take(&sb);
+}
+
+/* Declarative validation chunk: ($1 bound, $2 chunk[, $3 after]) -> rows, bad rows, last key */
+static char *compile_vchunk(const bf_definition *d, bool has_after)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "WITH bf_chunk AS (");
+    bf_strbuf_add(&sb, "SELECT ");
+    add_cols(&sb, d, "t", "");
+    if (d->postcondition != NULL && d->postcondition[0] != '\0')
+        bf_strbuf_addf(&sb, ", (%s) IS NOT TRUE AS bf_bad FROM ", d->postcondition);
+    else
+        bf_strbuf_addf(&sb, ", (%s) IS TRUE AS bf_bad FROM ", d->needs_repair);
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, " t WHERE ");
+    add_range(&sb, d, has_after ? 3 : 0, 1);
+    bf_strbuf_add(&sb, " ORDER BY ");
+    add_cols(&sb, d, "t", "");
+    bf_strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (SELECT ");
+    add_text_array(&sb, d, "c");
+    bf_strbuf_add(&sb, "::text FROM bf_chunk c ORDER BY ");
+    add_cols(&sb, d, "c", " DESC");
+    bf_strbuf_add(&sb, " LIMIT 1) FROM bf_chunk");
+    return bf_strbuf_take(&sb);
+}
+
+/* Callback forms: number of keys in bf_batch and the greatest of them. */
+static char *compile_batch_last(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "SELECT (SELECT ");
+    add_text_array(&sb, d, "b");
+    bf_strbuf_add(&sb, "::text FROM bf_batch b ORDER BY ");
+    add_cols(&sb, d, "b", " DESC");
+    bf_strbuf_add(&sb, " LIMIT 1)");
+    return bf_strbuf_take(&sb);
+}
+
+static char *compile_bound(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "SELECT ");
+    add_text_array(&sb, d, "t");
+    bf_strbuf_add(&sb, "::text FROM ");
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, " t ORDER BY ");
+    add_cols(&sb, d, "t", " DESC");
+    bf_strbuf_add(&sb, " LIMIT 1");
+    return bf_strbuf_take(&sb);
+}
+
+static char *compile_estimate(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END"
+                       " FROM pg_class c WHERE c.oid = to_regclass('");
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, "')");
+    return bf_strbuf_take(&sb);
+}
+
+static void compiled_fini(bf_compiled *c)
+{
+    free(c->sql_bound);
+    free(c->sql_estimate);
+    for (int i = 0; i < 2; i++) {
+        free(c->sql_batch[i]);
+        free(c->sql_keys[i]);
+        free(c->sql_vchunk[i]);
+    }
+    free(c->sql_create_batch);
+    free(c->sql_batch_last);
+    free(c->sql_fence);
+    free(c->sql_prereq);
+    memset(c, 0, sizeof *c);
+}
+
+static bf_err compile(const bf_definition *d, bf_compiled *c)
+{
+    memset(c, 0, sizeof *c);
+    c->def = d;
+    size_t off = 0;
+    for (int i = 0; i < d->nkey; i++) {
+        const char *name = bf_key_type_name(d->key[i].type);
+        bf__format(c->key_types + off, sizeof c->key_types - off, "%s%s", i ? "," : "", name);
+        off = strlen(c->key_types);
+    }
+    c->sql_bound = compile_bound(d);
+    c->sql_estimate = compile_estimate(d);
+    c->sql_create_batch = compile_create_batch(d);
+    c->sql_fence = compile_fence(d);
+    c->sql_batch_last = compile_batch_last(d);
+    bool ok = c->sql_bound && c->sql_estimate && c->sql_create_batch && c->sql_fence &&
+              c->sql_batch_last;
+    for (int v = 0; v < 2; v++) {
+        c->sql_keys[v] = compile_keys(d, v == 1);
+        ok = ok && c->sql_keys[v];
+        if (d->mutate == NULL) {
+            c->sql_batch[v] = compile_batch(d, v == 1);
+            ok = ok && c->sql_batch[v];
+        }
+        if (d->validate == NULL) {
+            c->sql_vchunk[v] = compile_vchunk(d, v == 1);
+            ok = ok && c->sql_vchunk[v];
+        }
+    }
+    if (d->prerequisite != NULL && d->prerequisite[0] != '\0') {
+        bf_strbuf sb;
+        bf_strbuf_init(&sb);
+        bf_strbuf_addf(&sb, "SELECT (%s)::boolean", d->prerequisite);
+        c->sql_prereq = bf_strbuf_take(&sb);
+        ok = ok && c->sql_prereq;
+    }
+    if (!ok) {
+        compiled_fini(c);
+        return BF_ERR_NOMEM;
+    }
+    return BF_OK;
+}
+
+/* ---- registry -------------------------------------------------------------------------- */
+
+bf_err bf_registry_new(bf_registry **out)
+{
+    if (out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_registry *reg = calloc(1, sizeof *reg);
+    if (reg == NULL)
+        return BF_ERR_NOMEM;
+    *out = reg;
+    return BF_OK;
+}
+
+void bf_registry_free(bf_registry *reg)
+{
+    if (reg == NULL)
+        return;
+    for (size_t i = 0; i < reg->count; i++)
+        compiled_fini(&reg->items[i]);
+    free(reg->items);
+    for (size_t i = 0; i < reg->nmodules; i++)
+        dlclose(reg->modules[i]);
+    free(reg->modules);
+    free(reg);
+}
+
+bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len)
+{
+    if (reg == NULL || def == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = definition_check(def, diag, diag_len);
+    if (err != BF_OK)
+        return err;
+    if (bf_registry_find(reg, def->id) != NULL)
+        return def_error(diag, diag_len, def->id, "stable id registered twice in this process");
+    if (reg->count == reg->cap) {
+        size_t cap = reg->cap ? reg->cap * 2 : 8;
+        bf_compiled *items = realloc(reg->items, cap * sizeof *items);
+        if (items == NULL)
+            return BF_ERR_NOMEM;
+        reg->items = items;
+        reg->cap = cap;
+    }
+    err = compile(def, &reg->items[reg->count]);
+    if (err != BF_OK)
+        return err;
+    reg->count++;
+    return BF_OK;
+}
+
+bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, size_t diag_len)
+{
+    if (reg == NULL || path == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        if (diag != NULL)
+            bf__format(diag, diag_len, "could not load definitions module: %s", dlerror());
+        return BF_ERR_DEFINITION;
+    }
+    const bf_module *mod = (const bf_module *)dlsym(handle, BF_MODULE_SYMBOL);
+    bf_err err = BF_OK;
+    if (mod == NULL || mod->abi != BF_MODULE_ABI) {
+        if (diag != NULL)
+            bf__format(diag, diag_len, "definitions module lacks %s with ABI %d",
+                       BF_MODULE_SYMBOL, BF_MODULE_ABI);
+        err = BF_ERR_DEFINITION;
+    }
+    size_t before = reg->count;
+    for (size_t i = 0; err == BF_OK && mod != NULL && i < mod->count; i++)
+        err = bf_registry_add(reg, mod->definitions[i], diag, diag_len);
+    void **mods = NULL;
+    if (err == BF_OK) {
+        mods = realloc(reg->modules, (reg->nmodules + 1) * sizeof *mods);
+        if (mods == NULL)
+            err = BF_ERR_NOMEM;
+    }
+    if (err != BF_OK) {
+        while (reg->count > before)
+            compiled_fini(&reg->items[--reg->count]);
+        dlclose(handle);
+        return err;
+    }
+    reg->modules = mods;
+    reg->modules[reg->nmodules++] = handle;
+    return BF_OK;
+}
+
+size_t bf_registry_count(const bf_registry *reg)
+{
+    return reg ? reg->count : 0;
+}
+
+const bf_definition *bf_registry_at(const bf_registry *reg, size_t i)
+{
+    return reg && i < reg->count ? reg->items[i].def : NULL;
+}
+
+const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id, size_t *index)
+{
+    if (reg == NULL || id == NULL)
+        return NULL;
+    for (size_t i = 0; i < reg->count; i++) {
+        if (strcmp(reg->items[i].def->id, id) == 0) {
+            if (index != NULL)
+                *index = i;
+            return &reg->items[i];
+        }
+    }
+    return NULL;
+}
+
+const bf_definition *bf_registry_find(const bf_registry *reg, const char *id)
+{
+    const bf_compiled *c = bf__registry_compiled(reg, id, NULL);
+    return c ? c->def : NULL;
+}
+
+char *bf__registry_ids_literal(const bf_registry *reg, bool required_only)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "{");
+    bool first = true;
+    for (size_t i = 0; i < bf_registry_count(reg); i++) {
+        const bf_definition *d = reg->items[i].def;
+        if (required_only && !d->required)
+            continue;
+        bf_strbuf_addf(&sb, "%s%s", first ? "" : ",", d->id); /* stable IDs need no quoting */
+        first = false;
+    }
+    bf_strbuf_add(&sb, "}");
+    return bf_strbuf_take(&sb);
+}

@@ -1,0 +1,73 @@
+/* strbuf.c - growable string used to compile definition SQL. */
+#include "strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bf_strbuf_init(bf_strbuf *sb)
+{
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+    sb->failed = false;
+}
+
+void bf_strbuf_fini(bf_strbuf *sb)
+{
+    free(sb->data);
+    bf_strbuf_init(sb);
+}
+
+static bool strbuf_reserve(bf_strbuf *sb, size_t extra)
+{
+    if (sb->failed)
+        return false;
+    if (sb->len + extra + 1 <= sb->cap)
+        return true;
+    size_t cap = sb->cap ? sb->cap : 256;
+    while (cap < sb->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(sb->data, cap);
+    if (p == NULL) {
+        sb->failed = true;
+        return false;
+    }
+    sb->data = p;
+    sb->cap = cap;
+    return true;
+}
+
+void bf_strbuf_add(bf_strbuf *sb, const char *s)
+{
+    size_t n = strlen(s);
+    if (!strbuf_reserve(sb, n))
+        return;
+    memcpy(sb->data + sb->len, s, n + 1);
+    sb->len += n;
+}
+
+void bf_strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !strbuf_reserve(sb, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb->len += (size_t)n;
+}
+
+char *bf_strbuf_take(bf_strbuf *sb)
+{
+    char *s = sb->failed ? NULL : sb->data;
+    if (sb->failed)
+        free(sb->data);
+    if (s == NULL && !sb->failed)
+        s = calloc(1, 1);
+    bf_strbuf_init(sb);
+    return s;
+}

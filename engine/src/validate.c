@@ -1,0 +1,402 @@
+/*
+ * validate.c - definition-owned, read-only validation through the bound, in bounded chunks.
+ *
+ * Design notes: each chunk is its own short transaction that never commits (ROLLBACK at the
+ * end) and runs READ ONLY before any definition code executes, so validation cannot write
+ * target data. One invocation per stable ID at a time: a session-level advisory lock keyed by
+ * the ID serialises explicit validations and the workers' lifecycle validation. Only a
+ * successful run may complete a row, in a transaction fenced on lifecycle and the generation
+ * read before the run started; in every other state the run records its bounded outcome and
+ * nothing else.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define VALIDATION_LOCK_CLASS "1111883777"
+
+bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
+{
+    const char *params[] = {id};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "validation lock",
+                          "SELECT pg_try_advisory_lock(" VALIDATION_LOCK_CLASS ", hashtext($1))",
+                          1, params);
+    if (err != BF_OK)
+        return err;
+    *acquired = bf__field_bool(r, 0, 0);
+    PQclear(r);
+    return BF_OK;
+}
+
+void bf__validation_unlock(bf_engine *e, const char *id)
+{
+    const char *params[] = {id};
+    if (bf__exec0(e, "validation unlock",
+                  "SELECT pg_advisory_unlock(" VALIDATION_LOCK_CLASS ", hashtext($1))", 1,
+                  params) != BF_OK)
+        bf__log(e, BF_LOG_WARN, "could not release validation lock of %s", id);
+}
+
+static int chunk_size(const bf_definition *d)
+{
+    if (d->validate_chunk > 0)
+        return d->validate_chunk;
+    long n = 10L * d->batch_size;
+    return n > BF_BATCH_MAX ? BF_BATCH_MAX : (int)n;
+}
+
+/* One declarative chunk: rows, rows still needing repair, last key. */
+static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *bound,
+                                const char *after, int chunk, long *rows, char *last, size_t cap,
+                                bf_validation_run *run)
+{
+    char n[16];
+    bf__format(n, sizeof n, "%d", chunk);
+    const char *params[] = {bound, n, after};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "validation chunk", c->sql_vchunk[after ? 1 : 0],
+                          after ? 3 : 2, params);
+    if (err != BF_OK)
+        return err;
+    *rows = (long)bf__field_i64(r, 0, 0);
+    long long bad = bf__field_i64(r, 0, 1);
+    bf__copy(last, cap, bf__field(r, 0, 2));
+    PQclear(r);
+    if (bad > 0) {
+        run->verdict = BF_ERR_VALIDATION_FAILED;
+        bf__format(run->detail, sizeof run->detail,
+                   "%lld rows through the bound still need repair", bad);
+    }
+    return BF_OK;
+}
+
+/* One callback chunk: keys into bf_batch, then read-only, then the definition's check. */
+static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bound,
+                             const char *after, int chunk, long *rows, char *last, size_t cap,
+                             bf_validation_run *run)
+{
+    char n[16];
+    bf__format(n, sizeof n, "%d", chunk);
+    const char *params[] = {bound, n, after};
+    PGresult *r = NULL;
+    bf_err err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
+    if (err == BF_OK)
+        err = bf__exec(e, &r, "validation keys", c->sql_keys[after ? 1 : 0], after ? 3 : 2,
+                       params);
+    if (err != BF_OK)
+        return err;
+    *rows = strtol(PQcmdTuples(r), NULL, 10);
+    PQclear(r);
+    if (*rows == 0)
+        return BF_OK;
+    if ((err = bf__exec0(e, "read only", "SET LOCAL transaction_read_only = on", 0, NULL)) !=
+        BF_OK)
+        return err;
+    bf_txn txn;
+    bf__txn_init(&txn, e, LONG_MAX, *rows);
+    bf_err verdict = c->def->validate(&txn, c->def->arg);
+    verdict = bf__txn_verdict(&txn, verdict, run->detail, sizeof run->detail);
+    if (verdict == BF_ERR_VALIDATION_FAILED || verdict == BF_ERR_PREREQUISITE) {
+        run->verdict = verdict;
+        return BF_OK;
+    }
+    if (verdict != BF_OK)
+        return verdict == BF_ERR_DEFINITION && strstr(run->detail, "(25006)") != NULL
+                   ? bf__diag(e, BF_ERR_DEFINITION, "validation attempted a write (25006)")
+                   : verdict;
+    if ((err = bf__exec(e, &r, "validation last key", c->sql_batch_last, 0, NULL)) != BF_OK)
+        return err;
+    bf__copy(last, cap, bf__field(r, 0, 0));
+    PQclear(r);
+    return BF_OK;
+}
+
+bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound, bool bound_empty,
+                          bf_chunk_gate_fn gate, void *gate_arg, bf_validation_run *run)
+{
+    memset(run, 0, sizeof *run);
+    run->verdict = BF_OK;
+    if (bound_empty) {
+        run->outcome = BF_VALIDATION_SUCCESS;
+        bf__copy(run->detail, sizeof run->detail, "empty source set");
+        return BF_OK;
+    }
+    const int chunk = chunk_size(c->def);
+    char after[BF_KEY_TEXT_MAX * 2] = "";
+    bool has_after = false;
+    long total = 0;
+    for (;;) {
+        bf_err err = gate ? gate(gate_arg) : BF_OK;
+        if (err != BF_OK)
+            return err;
+        if ((err = bf__begin(e, c->def->validate == NULL)) != BF_OK)
+            return err;
+        err = bf__set_local_timeouts(e);
+        long rows = 0;
+        char last[BF_KEY_TEXT_MAX * 2] = "";
+        if (err == BF_OK)
+            err = (c->def->validate ? chunk_callback : chunk_declarative)(
+                e, c, bound, has_after ? after : NULL, chunk, &rows, last, sizeof last, run);
+        bf__rollback(e); /* validation never commits */
+        if (err != BF_OK)
+            return err;
+        if (run->verdict != BF_OK) {
+            run->outcome = BF_VALIDATION_FAILURE;
+            return BF_OK;
+        }
+        total += rows;
+        if (rows < chunk)
+            break;
+        bf__copy(after, sizeof after, last);
+        has_after = true;
+    }
+    run->outcome = BF_VALIDATION_SUCCESS;
+    bf__format(run->detail, sizeof run->detail, "postcondition holds for %ld rows", total);
+    return BF_OK;
+}
+
+/* ---- explicit validation --------------------------------------------------------------- */
+
+typedef struct validate_ctx {
+    bf_engine *e;
+    const char *id;
+    const bf_actor *who;
+    bf_action_result *out;
+} validate_ctx;
+
+/* Record the outcome: audit row, request record, and (for runs) the row's latest explicit
+ * validation, all in one transaction. complete_generation >= 0 also drives the fenced
+ * completion of a validating row. */
+static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_generation)
+{
+    bf_engine *e = v->e;
+    bf_action_result *out = v->out;
+    bf_err err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    if (complete_generation >= 0) {
+        char gen[24];
+        bf__format(gen, sizeof gen, "%lld", (long long)complete_generation);
+        const char *params[] = {v->id, gen, out->detail,
+                                v->who ? v->who->request_id : NULL};
+        PGresult *r = NULL;
+        err = bf__exec(e, &r, "complete",
+                       "UPDATE buzz_backfill.backfill SET state = 'completed',"
+                       " completed_at = clock_timestamp(), claim_owner = NULL,"
+                       " claim_expires_at = NULL, claimed_at = NULL,"
+                       " validation_outcome = 'success', validation_detail = $3,"
+                       " validated_at = clock_timestamp(), validation_request = $4,"
+                       " updated_at = clock_timestamp()"
+                       " WHERE id = $1 AND state = 'validating' AND generation = $2::bigint"
+                       " RETURNING generation",
+                       4, params);
+        if (err == BF_OK) {
+            if (PQntuples(r) == 1) {
+                out->changed = true;
+                out->result = BF_STATE_COMPLETED;
+                ran = false; /* the completion already recorded the outcome */
+            }
+            PQclear(r);
+        }
+    }
+    if (err == BF_OK && ran) {
+        const char *params[] = {v->id, bf_validation_outcome_name(out->validation), out->detail,
+                                v->who ? v->who->request_id : NULL};
+        err = bf__exec0(e, "record validation",
+                        "UPDATE buzz_backfill.backfill SET validation_outcome = $2,"
+                        " validation_detail = $3, validated_at = clock_timestamp(),"
+                        " validation_request = $4 WHERE id = $1",
+                        4, params);
+    }
+    if (err == BF_OK) {
+        char outcome[BF_DIAG_MAX];
+        bf__format(outcome, sizeof outcome, "%s%s: %s", out->changed ? "completed, " : "",
+                   bf_validation_outcome_name(out->validation), out->detail);
+        bf_audit_record rec = {v->id, "validate", v->who, out->prior, out->result,
+                               out->prior != 0, out->generation, outcome};
+        err = bf__audit(e, &rec);
+    }
+    if (err == BF_OK)
+        err = bf__request_finish(e, v->who, out);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK)
+        bf__rollback(e);
+    return err;
+}
+
+/* Raw bound, state and generation of a row, outside any transaction. */
+static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64_t *generation,
+                            char *bound, size_t cap, bool *bound_empty)
+{
+    const char *params[] = {id};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "read backfill",
+                          "SELECT state, generation, bound::text, bound_empty"
+                          " FROM buzz_backfill.backfill WHERE id = $1",
+                          1, params);
+    if (err != BF_OK)
+        return err;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
+    }
+    bf_state st = 0;
+    (void)bf_state_parse(bf__field(r, 0, 0), &st);
+    *state = st;
+    *generation = bf__field_i64(r, 0, 1);
+    bf__copy(bound, cap, bf__field(r, 0, 2));
+    *bound_empty = bf__field_bool(r, 0, 3);
+    PQclear(r);
+    return BF_OK;
+}
+
+static bf_err validate_current_state(validate_ctx *v, const char *reason)
+{
+    v->out->validation = BF_VALIDATION_CURRENT_STATE;
+    bf__format(v->out->detail, sizeof v->out->detail, "%s", reason);
+    bf_err err = validate_record(v, false, -1);
+    return v->out->err = err;
+}
+
+/* Run and record one explicit validation. Releases the validation lock when it holds it
+ * (held: the caller acquired it already). */
+static bf_err validate_run(validate_ctx *v, bool held)
+{
+    bf_engine *e = v->e;
+    bf_action_result *out = v->out;
+    bf_state state = 0;
+    int64_t generation = 0;
+    char bound[BF_KEY_TEXT_MAX * 2];
+    bool empty = false;
+    const bf_compiled *c = bf__registry_compiled(e->reg, v->id, NULL);
+    bf_err err = validate_read(e, v->id, &state, &generation, bound, sizeof bound, &empty);
+    if (err == BF_ERR_NOT_FOUND) {
+        out->err = BF_ERR_NOT_FOUND;
+        bf__copy(out->detail, sizeof out->detail, "rejected: backfill not found");
+        err = validate_record(v, false, -1);
+        if (err == BF_OK)
+            err = BF_ERR_NOT_FOUND;
+        out->err = err;
+    } else if (err != BF_OK) {
+        out->err = err;
+    } else if ((out->prior = out->result = state, out->generation = generation,
+                state == BF_STATE_PENDING)) {
+        err = validate_current_state(v, "pending: validation does not run before start");
+    } else if (c == NULL) {
+        err = validate_current_state(v, "this process has no definition for the backfill");
+    } else if (!held && (err = bf__validation_lock(e, v->id, &held)) != BF_OK) {
+        out->err = err;
+    } else if (!held) {
+        err = validate_current_state(v, "coalesced: validation already in progress");
+    } else {
+        bf_validation_run run;
+        err = bf__validation_run(e, c, bound, empty, NULL, NULL, &run);
+        if (err != BF_OK) {
+            char reason[BF_DIAG_MAX];
+            bf__format(reason, sizeof reason, "validation could not complete: %s", e->diag);
+            err = validate_current_state(v, reason);
+        } else {
+            out->validation = run.outcome;
+            bf__copy(out->detail, sizeof out->detail, run.detail);
+            bool completes = run.outcome == BF_VALIDATION_SUCCESS && state == BF_STATE_VALIDATING;
+            err = out->err = validate_record(v, true, completes ? generation : -1);
+        }
+    }
+    if (held)
+        bf__validation_unlock(e, v->id);
+    return err;
+}
+
+bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_result *out)
+{
+    if (e == NULL || out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return out->err = err;
+    size_t rlen = who && who->request_id ? strlen(who->request_id) : 1;
+    if (!bf_id_valid(id) || rlen == 0 || rlen >= BF_REQUEST_ID_MAX) {
+        bf__diag(e, BF_ERR_INVALID_ARGUMENT, "invalid stable id or request id");
+        (void)bf_audit_rejection(e, "validate", id, who, BF_ERR_INVALID_ARGUMENT, NULL);
+        return out->err = BF_ERR_INVALID_ARGUMENT;
+    }
+    validate_ctx v = {e, id, who, out};
+    bool have_lock = false;
+    /* the request record commits first, with no outcome, so a duplicate sees it in flight */
+    if ((err = bf__begin(e, false)) != BF_OK)
+        return out->err = err;
+    bf_request_status rs;
+    err = bf__request_begin(e, "validate", id, who, out, &rs);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        return out->err = err;
+    }
+    if (rs == BF_REQUEST_MISMATCH) {
+        bf__diag(e, BF_ERR_INVALID_ARGUMENT, "request id was used for a different request");
+        (void)bf_audit_rejection(e, "validate", id, who, BF_ERR_INVALID_ARGUMENT, e->diag);
+        return out->err = BF_ERR_INVALID_ARGUMENT;
+    }
+    if (rs == BF_REQUEST_REPLAY) {
+        bf_err stored = out->err;
+        char outcome[BF_DIAG_MAX];
+        bf__format(outcome, sizeof outcome, "replayed: %s: %s",
+                   bf_validation_outcome_name(out->validation), out->detail);
+        if ((err = bf__begin(e, false)) == BF_OK) {
+            bf_audit_record rec = {id, "validate", who, out->prior, out->result,
+                                   out->prior != 0, out->generation, outcome};
+            err = bf__audit(e, &rec);
+            if (err == BF_OK)
+                err = bf__commit(e);
+            if (err != BF_OK)
+                bf__rollback(e);
+        }
+        if (bf__get_row(e, id, false, &out->row) != BF_OK)
+            memset(&out->row, 0, sizeof out->row);
+        return out->err = err != BF_OK ? err : stored;
+    }
+    if (rs == BF_REQUEST_IN_PROGRESS) {
+        /* the same request is running elsewhere, or its invocation died: the lock tells */
+        if ((err = bf__validation_lock(e, id, &have_lock)) != BF_OK)
+            return out->err = err;
+        if (!have_lock) {
+            memset(out, 0, sizeof *out);
+            bf_state st = 0;
+            int64_t gen = 0;
+            char bound[BF_KEY_TEXT_MAX * 2];
+            bool empty;
+            if (validate_read(e, id, &st, &gen, bound, sizeof bound, &empty) == BF_OK) {
+                out->prior = out->result = st;
+                out->generation = gen;
+            }
+            out->validation = BF_VALIDATION_CURRENT_STATE;
+            bf__copy(out->detail, sizeof out->detail, "this request is still running");
+            char outcome[BF_DIAG_MAX];
+            bf__format(outcome, sizeof outcome, "coalesced: %s", out->detail);
+            if ((err = bf__begin(e, false)) == BF_OK) {
+                bf_audit_record rec = {id, "validate", who, out->prior, out->result,
+                                       out->prior != 0, out->generation, outcome};
+                err = bf__audit(e, &rec);
+                err = err == BF_OK ? bf__commit(e) : err;
+                if (err != BF_OK)
+                    bf__rollback(e);
+            }
+            (void)bf__get_row(e, id, false, &out->row);
+            return out->err = err;
+        }
+        memset(out, 0, sizeof *out);
+    }
+    err = validate_run(&v, have_lock);
+    if (out->prior != 0 && bf__get_row(e, id, false, &out->row) != BF_OK)
+        memset(&out->row, 0, sizeof out->row);
+    if (err == BF_OK)
+        bf__copy(e->diag, sizeof e->diag, out->detail);
+    return err;
+}

@@ -1,0 +1,770 @@
+/*
+ * worker.c - claims and the batch loop.
+ *
+ * Design notes (fencing): a claim is one UPDATE that takes an unowned or expired running or
+ * validating row and advances its generation; renewal, release and every worker transition are
+ * single UPDATEs fenced on (id, generation, owner, claim still valid by clock_timestamp(),
+ * lifecycle). A declarative batch is one READ COMMITTED transaction sent as one pipeline:
+ * BEGIN, SET LOCAL timeouts, one statement whose CTEs select the next keys after the
+ * checkpoint within the bound (ORDER BY key LIMIT batch_size), mutate them, and advance the
+ * checkpoint with a compare-and-swap fenced as above, then COMMIT. When the fence matches no
+ * row, or the mutation touched more rows than the bound, batch_verdict() raises and the whole
+ * transaction rolls back: mutation and checkpoint commit together or not at all. A pause or
+ * takeover that commits while a batch is in flight changes the generation; the fence's
+ * re-check of the locked row then fails, so a stale owner can never commit.
+ *
+ * The worker's cached checkpoint is only a hint for the next statement: the CAS rejects it if
+ * PostgreSQL disagrees, and the worker then re-claims and re-reads.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct bf_worker {
+    bf_engine *e;
+    bf_worker_hooks hooks;
+    atomic_bool stop;
+    int wake[2]; /* self-pipe: bf_worker_stop() writes, the idle wait polls */
+    bool listening;
+    char *ids; /* text[] literal of every stable ID this registry knows */
+
+    /* the held claim; meaningful only while has_claim */
+    bool has_claim;
+    char id[BF_ID_MAX + 1];
+    size_t index;
+    const bf_compiled *c;
+    int64_t generation;
+    bf_state state;
+    char bound[BF_KEY_TEXT_MAX * 2]; /* text[] literal */
+    bool bound_empty;
+    bool has_checkpoint;
+    char checkpoint[BF_KEY_TEXT_MAX * 2]; /* text[] literal */
+    bool prereq_checked;
+};
+
+static void worker_param_int(char *buf, size_t cap, long long v)
+{
+    bf__format(buf, cap, "%lld", v);
+}
+
+static void worker_drop_claim(bf_worker *w)
+{
+    w->has_claim = false;
+    w->c = NULL;
+}
+
+/* ---- claims ---------------------------------------------------------------------------- */
+
+static const char claim_sql[] =
+    "UPDATE buzz_backfill.backfill b SET claim_owner = $2,"
+    " claim_expires_at = clock_timestamp() + $3::integer * interval '1 ms',"
+    " claimed_at = clock_timestamp(), generation = b.generation + 1,"
+    " updated_at = clock_timestamp()"
+    " FROM (SELECT id, claim_owner AS prev_owner FROM buzz_backfill.backfill WHERE id = $1) p"
+    " WHERE b.id = $1 AND p.id = b.id AND b.state IN ('running', 'validating')"
+    " AND b.key_types = $4"
+    " AND (b.claim_owner IS NULL OR b.claim_expires_at <= clock_timestamp())"
+    " AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp())"
+    " RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
+    " p.prev_owner";
+
+static bf_err worker_claim_id(bf_worker *w, const char *id)
+{
+    bf_engine *e = w->e;
+    size_t index = 0;
+    const bf_compiled *c = bf__registry_compiled(e->reg, id, &index);
+    if (c == NULL) /* fail closed: never claim what this process cannot run */
+        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s",
+                        bf_id_valid(id) ? id : "(invalid id)");
+    char lease[16];
+    worker_param_int(lease, sizeof lease, e->lease_ms);
+    const char *params[] = {id, e->owner, lease, c->key_types};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "claim", claim_sql, 4, params);
+    if (err != BF_OK)
+        return err;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
+    }
+    w->has_claim = true;
+    bf__copy(w->id, sizeof w->id, id);
+    w->index = index;
+    w->c = c;
+    w->generation = bf__field_i64(r, 0, 0);
+    bf_state st = 0;
+    (void)bf_state_parse(bf__field(r, 0, 1), &st);
+    w->state = st;
+    bf__copy(w->bound, sizeof w->bound, bf__field(r, 0, 2));
+    w->bound_empty = bf__field_bool(r, 0, 3);
+    w->has_checkpoint = !bf__isnull(r, 0, 4);
+    bf__copy(w->checkpoint, sizeof w->checkpoint, bf__field(r, 0, 4));
+    w->prereq_checked = false;
+    bool takeover = !bf__isnull(r, 0, 5);
+    bf__log(e, BF_LOG_INFO, "%s %s at generation %lld (%s)", takeover ? "took over" : "claimed",
+            id, (long long)w->generation, bf_state_name(w->state));
+    PQclear(r);
+    if (w->hooks.after_claim != NULL)
+        w->hooks.after_claim(w->hooks.arg, w->id, w->generation);
+    return BF_OK;
+}
+
+bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
+{
+    if (w == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (w->has_claim)
+        return bf__diag(w->e, BF_ERR_CONFLICT, "worker already holds a claim");
+    bf_err err = bf__ensure_conn(w->e);
+    if (err != BF_OK)
+        return err;
+    if (id != NULL) {
+        err = worker_claim_id(w, id);
+    } else {
+        /* candidates among the IDs this process knows; the claim statement decides */
+        const char *params[] = {w->ids};
+        PGresult *r = NULL;
+        err = bf__exec(w->e, &r, "find work",
+                       "SELECT id FROM buzz_backfill.backfill WHERE id = ANY($1::text[])"
+                       " AND state IN ('running', 'validating')"
+                       " AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
+                       " AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
+                       " ORDER BY updated_at LIMIT 16",
+                       1, params);
+        if (err != BF_OK)
+            return err;
+        err = bf__diag(w->e, BF_ERR_NO_WORK, "no eligible work");
+        for (int i = 0; i < PQntuples(r) && err == BF_ERR_NO_WORK; i++)
+            err = worker_claim_id(w, bf__field(r, i, 0));
+        PQclear(r);
+    }
+    if (err == BF_OK && generation_out != NULL)
+        *generation_out = w->generation;
+    return err;
+}
+
+bf_err bf_worker_renew(bf_worker *w)
+{
+    if (w == NULL || !w->has_claim)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_engine *e = w->e;
+    char gen[24], lease[16];
+    worker_param_int(gen, sizeof gen, w->generation);
+    worker_param_int(lease, sizeof lease, e->lease_ms);
+    const char *params[] = {w->id, gen, e->owner, lease};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "renew claim",
+                          "UPDATE buzz_backfill.backfill"
+                          " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 ms'"
+                          " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+                          " AND claim_expires_at > clock_timestamp()"
+                          " AND state IN ('running', 'validating') RETURNING 1",
+                          4, params);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n == 0) {
+        bf__log(e, BF_LOG_WARN, "lost claim on %s at generation %lld", w->id,
+                (long long)w->generation);
+        worker_drop_claim(w);
+        return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
+    }
+    return BF_OK;
+}
+
+bf_err bf_worker_release(bf_worker *w)
+{
+    if (w == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (!w->has_claim)
+        return BF_OK;
+    bf_engine *e = w->e;
+    char gen[24];
+    worker_param_int(gen, sizeof gen, w->generation);
+    const char *params[] = {w->id, gen, e->owner};
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__exec0(e, "release claim",
+                        "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
+                        " claim_expires_at = NULL, claimed_at = NULL"
+                        " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3",
+                        3, params);
+    if (err == BF_OK)
+        bf__log(e, BF_LOG_INFO, "released %s at generation %lld", w->id,
+                (long long)w->generation);
+    worker_drop_claim(w);
+    return err;
+}
+
+/* ---- worker transitions ---------------------------------------------------------------- */
+
+/* A fenced lifecycle transition by the claim holder plus its audit row, in one statement.
+ * set may use $8 (detail) only when detail is not NULL. Returns BF_ERR_STALE when the fence
+ * matched nothing. */
+static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf_state to,
+                                const char *detail, const char *outcome)
+{
+    bf_engine *e = w->e;
+    char gen[24], sql[1024];
+    worker_param_int(gen, sizeof gen, w->generation);
+    bf__format(sql, sizeof sql,
+               "WITH u AS (UPDATE buzz_backfill.backfill SET state = $5, %s,"
+               " updated_at = clock_timestamp()"
+               " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+               " AND claim_expires_at > clock_timestamp() AND state = $4"
+               " AND checkpoint IS NOT DISTINCT FROM $7::text[] RETURNING generation)"
+               " INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
+               " prior_state, result_state, generation, outcome)"
+               " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1",
+               set);
+    const char *params[] = {w->id, gen, e->owner, bf_state_name(from), bf_state_name(to),
+                            outcome, w->has_checkpoint ? w->checkpoint : NULL, detail};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "worker transition", sql, detail ? 8 : 7, params);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n == 0) {
+        worker_drop_claim(w);
+        return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
+    }
+    w->state = to;
+    return BF_OK;
+}
+
+static bf_err worker_enter_validating(bf_worker *w)
+{
+    bf_err err = worker_transition(
+        w, "checkpoint = CASE WHEN bound_empty THEN checkpoint ELSE bound END",
+        BF_STATE_RUNNING, BF_STATE_VALIDATING, NULL, "reached the bound");
+    if (err == BF_OK && !w->bound_empty) {
+        bf__copy(w->checkpoint, sizeof w->checkpoint, w->bound);
+        w->has_checkpoint = true;
+    }
+    return err;
+}
+
+static bf_err worker_complete(bf_worker *w, const char *detail)
+{
+    bf_err err = worker_transition(w,
+                                   "completed_at = clock_timestamp(), claim_owner = NULL,"
+                                   " claim_expires_at = NULL, claimed_at = NULL,"
+                                   " validation_outcome = 'success', validation_detail = $8,"
+                                   " validated_at = clock_timestamp(), validation_request = NULL",
+                                   BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail,
+                                   "validation succeeded");
+    if (err == BF_OK)
+        worker_drop_claim(w);
+    return err;
+}
+
+/* How a classified error is disposed of. */
+typedef enum failure_mode { FAIL_RETRY, FAIL_BLOCK, FAIL_FAIL } failure_mode;
+
+static failure_mode failure_mode_of(bf_err err)
+{
+    switch (err) {
+    case BF_ERR_PREREQUISITE:
+    case BF_ERR_DATA_INVARIANT:
+        return FAIL_BLOCK;
+    case BF_ERR_BATCH_BOUND:
+    case BF_ERR_DEFINITION:
+    case BF_ERR_VALIDATION_FAILED:
+        return FAIL_FAIL;
+    default:
+        return FAIL_RETRY;
+    }
+}
+
+/*
+ * Durably classify a failed attempt before reporting it handled: retryable errors stay in the
+ * current state without a claim until a bounded, jittered exponential backoff stored in
+ * next_attempt_at has passed; the attempt that exhausts the policy enters failed; unmet
+ * prerequisites and data invariants enter blocked. Fenced on generation and owner.
+ */
+static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_step_info *info)
+{
+    bf_engine *e = w->e;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    const bf_retry_policy *p = &w->c->def->retry;
+    char gen[24], max[16], base[16], cap[16];
+    worker_param_int(gen, sizeof gen, w->generation);
+    worker_param_int(max, sizeof max, p->max_attempts ? p->max_attempts : 5);
+    worker_param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
+    worker_param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
+    static const char *const modes[] = {[FAIL_RETRY] = "retry", [FAIL_BLOCK] = "block",
+                                        [FAIL_FAIL] = "fail"};
+    char bounded[BF_DIAG_MAX];
+    bf__copy(bounded, sizeof bounded, detail);
+    const char *params[] = {w->id,
+                            gen,
+                            e->owner,
+                            modes[failure_mode_of(cause)],
+                            max,
+                            base,
+                            cap,
+                            bf__error_class_name(cause),
+                            bounded,
+                            bf_state_name(w->state)};
+    PGresult *r = NULL;
+    err = bf__exec(
+        e, &r, "record failure",
+        "WITH u AS (UPDATE buzz_backfill.backfill b SET attempts = b.attempts + 1,"
+        " state = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN b.state"
+        "  WHEN $4 = 'block' THEN 'blocked' ELSE 'failed' END,"
+        " next_attempt_at = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN"
+        "  clock_timestamp() + least($7::float8, $6::float8 * power(2, b.attempts))"
+        "  * (0.5 + random() * 0.5) * interval '1 ms' END,"
+        " error_class = $8, error_detail = $9, error_at = clock_timestamp(),"
+        " claim_owner = NULL, claim_expires_at = NULL, claimed_at = NULL,"
+        " updated_at = clock_timestamp()"
+        " WHERE b.id = $1 AND b.generation = $2::bigint AND b.claim_owner = $3"
+        " AND b.state = $10 RETURNING b.state, b.attempts, b.generation),"
+        " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
+        " prior_state, result_state, generation, outcome)"
+        " SELECT $1, 'worker', $3, 'engine', $10, u.state, u.generation, $9 FROM u"
+        " WHERE u.state <> $10)"
+        " SELECT state, attempts FROM u",
+        10, params);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    bf_state st = 0;
+    if (n == 1)
+        (void)bf_state_parse(bf__field(r, 0, 0), &st);
+    int attempts = n == 1 ? (int)bf__field_i64(r, 0, 1) : 0;
+    PQclear(r);
+    bf__copy(info->detail, sizeof info->detail, bounded);
+    worker_drop_claim(w); /* released by the statement, or never ours */
+    if (n == 0) {
+        info->step = BF_STEP_LOST;
+        return BF_OK;
+    }
+    info->step = st == BF_STATE_BLOCKED  ? BF_STEP_BLOCKED
+                 : st == BF_STATE_FAILED ? BF_STEP_FAILED
+                                         : BF_STEP_RETRY;
+    bf__log(e, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR,
+            "%s: attempt %d %s: %s", w->id, attempts,
+            info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st), bounded);
+    return BF_OK;
+}
+
+/* ---- batches --------------------------------------------------------------------------- */
+
+/* Read the results of a pipeline of ncmds commands and its sync. Keeps the result of command
+ * keep; returns the first error. Leaves the connection out of pipeline mode. */
+static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kept)
+{
+    bf_err first = BF_OK;
+    for (int i = 0; i < ncmds; i++) {
+        PGresult *r = PQgetResult(e->conn);
+        if (r == NULL) {
+            first = first != BF_OK ? first : bf__pg_error(e, NULL, "batch");
+            break;
+        }
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+            if (i == keep && kept != NULL)
+                *kept = r;
+            else
+                PQclear(r);
+        } else {
+            if (st != PGRES_PIPELINE_ABORTED && first == BF_OK)
+                first = bf__pg_error(e, r, "batch");
+            PQclear(r);
+        }
+        PGresult *end = PQgetResult(e->conn); /* NULL ends each command's results */
+        if (end != NULL)
+            PQclear(end);
+    }
+    PGresult *sync = PQgetResult(e->conn);
+    bool synced = sync != NULL && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (!synced || PQexitPipelineMode(e->conn) != 1) {
+        /* the pipeline is in an unknown state: drop the connection, reconnect on next use */
+        bf__log(e, BF_LOG_WARN, "batch pipeline desynchronised; reconnecting");
+        PQfinish(e->conn);
+        e->conn = NULL;
+        if (first == BF_OK)
+            first = bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
+    }
+    if (first != BF_OK && kept != NULL && *kept != NULL) {
+        PQclear(*kept);
+        *kept = NULL;
+    }
+    return first;
+}
+
+static bf_err batch_prepare(bf_engine *e, size_t index, int variant, const char *sql, char *name,
+                            size_t cap)
+{
+    bf__format(name, cap, "bf_batch_%zu_%d", index, variant);
+    if (e->prepared[index] & (1u << variant))
+        return BF_OK;
+    PGresult *r = PQprepare(e->conn, name, sql, 0, NULL);
+    bf_err err = BF_OK;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        err = bf__pg_error(e, r, "prepare batch");
+    PQclear(r);
+    if (err == BF_OK)
+        e->prepared[index] |= (unsigned char)(1u << variant);
+    return err;
+}
+
+/* The declarative batch: one pipelined transaction, one round trip. */
+static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *cp, size_t cap)
+{
+    bf_engine *e = w->e;
+    int variant = w->has_checkpoint ? 1 : 0;
+    char name[48];
+    bf_err err = batch_prepare(e, w->index, variant, w->c->sql_batch[variant], name, sizeof name);
+    if (err != BF_OK)
+        return err;
+    char gen[24], limit[16], lease[16], st_sql[64], lk_sql[64];
+    worker_param_int(gen, sizeof gen, w->generation);
+    worker_param_int(limit, sizeof limit, w->c->def->batch_size);
+    worker_param_int(lease, sizeof lease, e->lease_ms);
+    bf__format(st_sql, sizeof st_sql, "SET LOCAL statement_timeout = %d", e->statement_timeout_ms);
+    bf__format(lk_sql, sizeof lk_sql, "SET LOCAL lock_timeout = %d", e->lock_timeout_ms);
+    const char *params[] = {w->id, gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
+                            w->bound, limit, lease};
+    if (PQenterPipelineMode(e->conn) != 1)
+        return bf__pg_error(e, NULL, "enter pipeline");
+    bool sent = PQsendQueryParams(e->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL, NULL,
+                                  NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, st_sql, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, lk_sql, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQsendQueryPrepared(e->conn, name, 7, params, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQpipelineSync(e->conn) == 1;
+    if (!sent) {
+        bf__log(e, BF_LOG_WARN, "could not send batch: %s", PQerrorMessage(e->conn));
+        PQfinish(e->conn);
+        e->conn = NULL;
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
+    }
+    PGresult *res = NULL;
+    err = pipeline_collect(e, 5, 3, &res);
+    if (err != BF_OK) {
+        if (e->conn != NULL && PQtransactionStatus(e->conn) == PQTRANS_INERROR)
+            bf__rollback(e);
+        return err;
+    }
+    *touched = (long)bf__field_i64(res, 0, 0);
+    *rows = (long)bf__field_i64(res, 0, 1);
+    bf__copy(cp, cap, bf__field(res, 0, 2));
+    PQclear(res);
+    return BF_OK;
+}
+
+/* The callback batch: keys into bf_batch, the definition's statements, the fence, COMMIT. */
+static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, size_t cap,
+                             char *detail, size_t dcap)
+{
+    bf_engine *e = w->e;
+    const bf_compiled *c = w->c;
+    char limit[16];
+    worker_param_int(limit, sizeof limit, c->def->batch_size);
+    const char *kp[] = {w->bound, limit, w->has_checkpoint ? w->checkpoint : NULL};
+    PGresult *r = NULL;
+    bf_err err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    err = bf__set_local_timeouts(e);
+    if (err == BF_OK)
+        err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
+    if (err == BF_OK)
+        err = bf__exec(e, &r, "select batch", c->sql_keys[w->has_checkpoint ? 1 : 0],
+                       w->has_checkpoint ? 3 : 2, kp);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        return err;
+    }
+    *rows = strtol(PQcmdTuples(r), NULL, 10);
+    PQclear(r);
+    if (*rows == 0) {
+        bf__rollback(e);
+        return BF_OK;
+    }
+    bf_txn txn;
+    bf__txn_init(&txn, e, c->def->batch_size, *rows);
+    err = bf__txn_verdict(&txn, c->def->mutate(&txn, c->def->arg), detail, dcap);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        return err;
+    }
+    char gen[24], lease[16], nt[24];
+    worker_param_int(gen, sizeof gen, w->generation);
+    worker_param_int(lease, sizeof lease, e->lease_ms);
+    worker_param_int(nt, sizeof nt, txn.touched);
+    const char *fp[] = {w->id,    gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
+                        w->bound, nt,  lease};
+    err = bf__exec(e, &r, "advance checkpoint", c->sql_fence, 7, fp);
+    if (err == BF_OK && PQntuples(r) == 0)
+        err = bf__diag(e, BF_ERR_STALE, "batch: claim or generation no longer current (BFS01)");
+    if (err == BF_OK)
+        bf__copy(cp, cap, bf__field(r, 0, 0));
+    PQclear(r);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        return err;
+    }
+    *touched = txn.touched;
+    return BF_OK;
+}
+
+/* ---- steps ----------------------------------------------------------------------------- */
+
+static bf_err step_lost(bf_worker *w, bf_step_info *info)
+{
+    bf__log(w->e, BF_LOG_WARN, "%s: stale owner rejected at generation %lld", info->id,
+            (long long)info->generation);
+    worker_drop_claim(w);
+    info->step = BF_STEP_LOST;
+    bf__copy(info->detail, sizeof info->detail, "claim or generation no longer current");
+    return BF_OK;
+}
+
+/* Handle the outcome of something that failed while holding the claim. */
+static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
+{
+    if (err == BF_ERR_STALE)
+        return step_lost(w, info);
+    return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
+}
+
+static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
+{
+    *blocked = false;
+    if (w->prereq_checked || w->c->sql_prereq == NULL)
+        return BF_OK;
+    bf_engine *e = w->e;
+    bf_err err = bf__begin(e, true);
+    PGresult *r = NULL;
+    if (err == BF_OK)
+        err = bf__set_local_timeouts(e);
+    if (err == BF_OK)
+        err = bf__exec(e, &r, "prerequisite", w->c->sql_prereq, 0, NULL);
+    bf__rollback(e);
+    if (err != BF_OK) {
+        *blocked = true;
+        return step_failed(w, err, "", info);
+    }
+    bool holds = PQntuples(r) == 1 && bf__field_bool(r, 0, 0);
+    PQclear(r);
+    if (!holds) {
+        *blocked = true;
+        return worker_fail(w, BF_ERR_PREREQUISITE, "prerequisite not met", info);
+    }
+    w->prereq_checked = true;
+    return BF_OK;
+}
+
+static bf_err step_running(bf_worker *w, bf_step_info *info)
+{
+    bool blocked = false;
+    bf_err err = step_prerequisite(w, info, &blocked);
+    if (err != BF_OK || blocked)
+        return err;
+    long rows = 0, touched = 0;
+    char cp[BF_KEY_TEXT_MAX * 2] = "", detail[BF_DIAG_MAX] = "";
+    if (!w->bound_empty) {
+        err = w->c->def->mutate != NULL
+                  ? batch_callback(w, &rows, &touched, cp, sizeof cp, detail, sizeof detail)
+                  : batch_declarative(w, &rows, &touched, cp, sizeof cp);
+        if (err != BF_OK)
+            return step_failed(w, err, detail, info);
+    }
+    if (rows == 0) { /* no admitted work remains after the checkpoint */
+        err = worker_enter_validating(w);
+        if (err != BF_OK)
+            return step_failed(w, err, "", info);
+        info->step = BF_STEP_VALIDATING;
+        bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
+        return BF_OK;
+    }
+    w->has_checkpoint = true;
+    bf__copy(w->checkpoint, sizeof w->checkpoint, cp);
+    info->step = BF_STEP_BATCH;
+    info->rows = rows;
+    info->touched = touched;
+    bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
+    return BF_OK;
+}
+
+static bf_err renew_gate(void *arg)
+{
+    return bf_worker_renew(arg);
+}
+
+static bf_err step_validating(bf_worker *w, bf_step_info *info)
+{
+    bf_engine *e = w->e;
+    bool locked = false;
+    bf_err err = bf__validation_lock(e, w->id, &locked);
+    if (err != BF_OK)
+        return err;
+    if (!locked) { /* an explicit validation runs: let it finish, come back later */
+        err = bf_worker_release(w);
+        info->step = BF_STEP_IDLE;
+        bf__copy(info->detail, sizeof info->detail, "validation already in progress");
+        return err;
+    }
+    const bf_compiled *c = w->c;
+    bf_validation_run run;
+    err = bf__validation_run(e, c, w->bound, w->bound_empty, renew_gate, w, &run);
+    bf__validation_unlock(e, info->id);
+    if (err != BF_OK) {
+        if (!w->has_claim) /* the gate lost the claim */
+            return step_lost(w, info);
+        return step_failed(w, err, "", info);
+    }
+    if (run.outcome == BF_VALIDATION_SUCCESS) {
+        err = worker_complete(w, run.detail);
+        if (err != BF_OK)
+            return step_failed(w, err, "", info);
+        info->step = BF_STEP_COMPLETED;
+        bf__copy(info->detail, sizeof info->detail, run.detail);
+        return BF_OK;
+    }
+    return worker_fail(w, run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE
+                                                             : BF_ERR_VALIDATION_FAILED,
+                       run.detail, info);
+}
+
+bf_err bf_worker_step(bf_worker *w, bf_step_info *out)
+{
+    if (w == NULL || out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    if (!w->has_claim) {
+        out->step = BF_STEP_IDLE;
+        return BF_OK;
+    }
+    bf_err err = bf__ensure_conn(w->e);
+    if (err != BF_OK)
+        return err;
+    bf__copy(out->id, sizeof out->id, w->id);
+    out->generation = w->generation;
+    err = w->state == BF_STATE_VALIDATING ? step_validating(w, out) : step_running(w, out);
+    if (err == BF_OK && w->hooks.after_step != NULL)
+        w->hooks.after_step(w->hooks.arg, out);
+    return err;
+}
+
+/* ---- the loop -------------------------------------------------------------------------- */
+
+/* Wait until notified, stopped, or poll_ms passed. Notifications only wake; the loop re-reads
+ * PostgreSQL before acting on anything. */
+static void worker_wait(bf_worker *w, int poll_ms)
+{
+    bf_engine *e = w->e;
+    if (!w->listening && bf__ensure_conn(e) == BF_OK &&
+        bf__exec0(e, "listen", "LISTEN buzz_backfill", 0, NULL) == BF_OK)
+        w->listening = true;
+    struct pollfd fds[2] = {{.fd = w->wake[0], .events = POLLIN}, {.fd = -1, .events = POLLIN}};
+    if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK)
+        fds[1].fd = PQsocket(e->conn);
+    if (poll(fds, 2, poll_ms) > 0 && fds[1].revents != 0 && e->conn != NULL) {
+        (void)PQconsumeInput(e->conn);
+        PGnotify *n;
+        while ((n = PQnotifies(e->conn)) != NULL)
+            PQfreemem(n);
+    }
+}
+
+bf_err bf_worker_run(bf_worker *w, bool until_idle)
+{
+    if (w == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    int backoff_ms = 100;
+    while (!atomic_load(&w->stop)) {
+        bf_err err = BF_OK;
+        if (!w->has_claim) {
+            err = bf_worker_claim(w, NULL, NULL);
+            if (err == BF_ERR_NO_WORK) {
+                if (until_idle)
+                    break;
+                worker_wait(w, 1000);
+                continue;
+            }
+        }
+        if (err == BF_OK) {
+            bf_step_info info;
+            err = bf_worker_step(w, &info);
+        }
+        if (err == BF_OK) {
+            backoff_ms = 100;
+            continue;
+        }
+        /* the database is unreachable or refused: back off, keep the stop flag honoured */
+        bf__log(w->e, BF_LOG_WARN, "worker: %s", w->e->diag);
+        if (err != BF_ERR_UNAVAILABLE && err != BF_ERR_RETRYABLE && err != BF_ERR_TIMEOUT) {
+            (void)bf_worker_release(w);
+            return err;
+        }
+        worker_wait(w, backoff_ms);
+        backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
+    }
+    return bf_worker_release(w);
+}
+
+void bf_worker_stop(bf_worker *w)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->stop, true);
+    char b = 1;
+    ssize_t n = write(w->wake[1], &b, 1); /* async-signal-safe wakeup */
+    (void)n;
+}
+
+bf_err bf_worker_new(bf_worker **out, bf_engine *engine, const bf_worker_hooks *hooks)
+{
+    if (out == NULL || engine == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_worker *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return BF_ERR_NOMEM;
+    w->e = engine;
+    if (hooks != NULL)
+        w->hooks = *hooks;
+    atomic_init(&w->stop, false);
+    if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(w);
+        return BF_ERR_IO;
+    }
+    w->ids = bf__registry_ids_literal(engine->reg, false);
+    if (w->ids == NULL) {
+        bf_worker_free(w);
+        return BF_ERR_NOMEM;
+    }
+    *out = w;
+    return BF_OK;
+}
+
+void bf_worker_free(bf_worker *w)
+{
+    if (w == NULL)
+        return;
+    if (w->has_claim)
+        (void)bf_worker_release(w);
+    if (w->listening && w->e->conn != NULL)
+        (void)bf__exec0(w->e, "unlisten", "UNLISTEN buzz_backfill", 0, NULL);
+    close(w->wake[0]);
+    close(w->wake[1]);
+    free(w->ids);
+    free(w);
+}
