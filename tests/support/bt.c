@@ -1,0 +1,285 @@
+/* bt.c - test support: private databases, SQL helpers, barriers, child processes. */
+#include "bt.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char db_name[64];
+static char db_conninfo[1024];
+
+static void bt_vfail(const char *fmt, va_list ap)
+{
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fail_msg("%s", msg);
+}
+
+static void bt_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bt_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bt_vfail(fmt, ap);
+    va_end(ap);
+}
+
+static PGconn *bt_connect_to(const char *conninfo)
+{
+    PGconn *c = PQconnectdb(conninfo);
+    if (PQstatus(c) != CONNECTION_OK)
+        bt_fail("cannot connect to test database: %s", PQerrorMessage(c));
+    PQclear(PQexec(c, "SET client_min_messages = warning"));
+    return c;
+}
+
+const char *bt_db_create(const char *name)
+{
+    const char *url = getenv("BUZZ_TEST_PG_URL");
+    if (url == NULL || url[0] == '\0')
+        bt_fail("BUZZ_TEST_PG_URL is not set (scripts/test.sh sets it)");
+    snprintf(db_name, sizeof db_name, "bt_%s_%ld", name, (long)getpid());
+    PGconn *admin = bt_connect_to(url);
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s", db_name);
+    PQclear(PQexec(admin, sql));
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s TEMPLATE template0", db_name);
+    PGresult *r = PQexec(admin, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        bt_fail("cannot create test database: %s", PQerrorMessage(admin));
+    PQclear(r);
+    PQfinish(admin);
+    /* libpq: a later dbname keyword overrides the URL's database */
+    PQconninfoOption *opts = PQconninfoParse(url, NULL);
+    size_t off = 0;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (o->val == NULL || strcmp(o->keyword, "dbname") == 0)
+            continue;
+        off += (size_t)snprintf(db_conninfo + off, sizeof db_conninfo - off, "%s='%s' ",
+                                o->keyword, o->val);
+    }
+    PQconninfoFree(opts);
+    snprintf(db_conninfo + off, sizeof db_conninfo - off, "dbname='%s'", db_name);
+    return db_conninfo;
+}
+
+void bt_db_drop(void)
+{
+    const char *url = getenv("BUZZ_TEST_PG_URL");
+    if (url == NULL || db_name[0] == '\0')
+        return;
+    PGconn *admin = PQconnectdb(url);
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", db_name);
+    PQclear(PQexec(admin, sql));
+    PQfinish(admin);
+}
+
+const char *bt_db_conninfo(void)
+{
+    return db_conninfo;
+}
+
+PGconn *bt_connect(void)
+{
+    return bt_connect_to(db_conninfo);
+}
+
+static PGresult *bt_vquery(PGconn *c, const char *fmt, va_list ap)
+{
+    char sql[8192];
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        bt_fail("SQL failed: %s\n  %s", PQerrorMessage(c), sql);
+    return r;
+}
+
+void bt_exec(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PQclear(bt_vquery(c, fmt, ap));
+    va_end(ap);
+}
+
+long long bt_int(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PGresult *r = bt_vquery(c, fmt, ap);
+    va_end(ap);
+    long long v = 0;
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+char *bt_text(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PGresult *r = bt_vquery(c, fmt, ap);
+    va_end(ap);
+    char *v = NULL;
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = strdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+static void bt_log(void *arg, bf_log_level level, const char *msg)
+{
+    (void)arg;
+    if (level >= BF_LOG_WARN || getenv("BT_VERBOSE") != NULL)
+        fprintf(stderr, "[engine %d] %s\n", (int)level, msg);
+}
+
+bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
+{
+    bf_config cfg = {.conninfo = db_conninfo,
+                     .owner = owner,
+                     .lease_ms = lease_ms,
+                     .statement_timeout_ms = 20000,
+                     .lock_timeout_ms = 20000,
+                     .log = getenv("BT_QUIET") ? NULL : bt_log};
+    bf_engine *e = NULL;
+    bf_err err = bf_engine_open(&e, &cfg, reg);
+    if (err != BF_OK)
+        bt_fail("bf_engine_open: %s", bf_err_str(err));
+    err = bf_migrate(e);
+    if (err != BF_OK)
+        bt_fail("bf_migrate: %s: %s", bf_err_str(err), bf_engine_diag(e));
+    return e;
+}
+
+bf_registry *bt_registry(const bf_definition *const *defs, size_t n)
+{
+    bf_registry *reg = NULL;
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    for (size_t i = 0; i < n; i++) {
+        char diag[BF_DIAG_MAX] = "";
+        bf_err err = bf_registry_add(reg, defs[i], diag, sizeof diag);
+        if (err != BF_OK)
+            bt_fail("bf_registry_add: %s", diag);
+    }
+    return reg;
+}
+
+void bt_make_items(PGconn *c, const char *table, long rows)
+{
+    bt_exec(c,
+            "CREATE TABLE %s (id bigint PRIMARY KEY, val integer NOT NULL,"
+            " fixed integer, counter integer NOT NULL DEFAULT 0);"
+            "INSERT INTO %s (id, val) SELECT g, g %% 1000 FROM generate_series(1, %ld) g;"
+            "ANALYZE %s",
+            table, table, rows, table);
+}
+
+void bt_make_events(PGconn *c, const char *table, long rows, int ties)
+{
+    /* many rows share each timestamp: the compound key must order ties by eid */
+    bt_exec(c,
+            "CREATE TABLE %s (ts timestamptz NOT NULL, eid bytea NOT NULL, kind integer NOT NULL,"
+            " kind_norm integer, PRIMARY KEY (ts, eid));"
+            "INSERT INTO %s (ts, eid, kind)"
+            " SELECT timestamptz '2024-01-01 00:00:00+00' + ((g / %d) * interval '1 second'),"
+            "  decode(md5(g::text), 'hex'), g %% 7 FROM generate_series(1, %ld) g;"
+            "ANALYZE %s",
+            table, table, ties > 0 ? ties : 1, rows, table);
+}
+
+void bt_install_barrier(PGconn *c)
+{
+    bt_exec(c, "CREATE OR REPLACE FUNCTION public.bt_barrier(key integer) RETURNS boolean"
+               " LANGUAGE plpgsql AS $$ BEGIN"
+               " PERFORM pg_advisory_xact_lock_shared(424242, key); RETURN true; END $$");
+}
+
+void bt_lock(PGconn *holder, int key)
+{
+    bt_exec(holder, "SELECT pg_advisory_lock(424242, %d)", key);
+}
+
+void bt_unlock(PGconn *holder, int key)
+{
+    bt_exec(holder, "SELECT pg_advisory_unlock(424242, %d)", key);
+}
+
+void bt_wait_waiters(PGconn *c, int key, int n)
+{
+    /* polls pg_locks: the barrier is the lock itself, this only observes who reached it */
+    for (int i = 0; i < 60000; i++) {
+        long long waiting =
+            bt_int(c,
+                   "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                   " AND classid = 424242 AND objid = %d AND database = (SELECT oid FROM"
+                   " pg_database WHERE datname = current_database())",
+                   key);
+        if (waiting >= n)
+            return;
+        usleep(1000);
+    }
+    bt_fail("no backend reached barrier %d within 60 s", key);
+}
+
+pid_t bt_spawn(int (*fn)(void *), void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        bt_fail("fork failed");
+    if (pid == 0)
+        _exit(fn(arg));
+    return pid;
+}
+
+int bt_wait_child(pid_t pid)
+{
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return -1;
+}
+
+bf_backfill bt_get(bf_engine *e, const char *id)
+{
+    bf_backfill row;
+    bf_err err = bf_get(e, id, &row);
+    if (err != BF_OK)
+        bt_fail("bf_get(%s): %s", id, bf_err_str(err));
+    return row;
+}
+
+bf_err bt_act(bf_engine *e, bf_action action, const char *id)
+{
+    bf_actor who = {.actor = "test-operator", .authority = "test", .request_id = NULL};
+    bf_action_result res;
+    return bf_action_apply(e, action, id, &who, &res);
+}
+
+bf_step bt_step_until_not_batch(bf_worker *w, int max_steps)
+{
+    for (int i = 0; i < max_steps; i++) {
+        bf_step_info info;
+        bf_err err = bf_worker_step(w, &info);
+        if (err != BF_OK)
+            bt_fail("bf_worker_step: %s", bf_err_str(err));
+        if (info.step != BF_STEP_BATCH)
+            return info.step;
+    }
+    bt_fail("worker still running batches after %d steps", max_steps);
+    return BF_STEP_IDLE;
+}

@@ -1,0 +1,62 @@
+/*
+ * bt.h - shared support for the cmocka suites: a private database per test program on the
+ * PostgreSQL named by BUZZ_TEST_PG_URL, small SQL helpers, barrier helpers built on advisory
+ * locks, and child processes. Tests drive the engine only through its public API; these
+ * helpers never write lifecycle columns.
+ */
+#ifndef BUZZ_TEST_BT_H
+#define BUZZ_TEST_BT_H
+
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buzz/engine.h"
+
+/* Create a fresh database for this test program (dropped by bt_db_drop) and return its
+ * conninfo. Fails the test when BUZZ_TEST_PG_URL is unset or the server is unreachable. */
+const char *bt_db_create(const char *name);
+void bt_db_drop(void);
+const char *bt_db_conninfo(void);
+
+/* A plain libpq connection to the test database (fails the test on error). */
+PGconn *bt_connect(void);
+void bt_exec(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* First column of the first row as an integer / text (caller frees text). */
+long long bt_int(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *bt_text(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Engine session on the test database with the given registry; migrated. */
+bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms);
+bf_registry *bt_registry(const bf_definition *const *defs, size_t n);
+
+/* Demo-style source tables. */
+void bt_make_items(PGconn *c, const char *table, long rows); /* id bigint PK, val int, fixed int */
+void bt_make_events(PGconn *c, const char *table, long rows, int ties); /* (ts, eid) compound */
+
+/* Barrier: an advisory lock (key) held by conn. Definitions call
+ * bt_barrier(key) in SQL (created by bt_install_barrier) which blocks until released. */
+void bt_install_barrier(PGconn *c);
+void bt_lock(PGconn *holder, int key);
+void bt_unlock(PGconn *holder, int key);
+/* Block until at least n backends wait for the advisory lock key. */
+void bt_wait_waiters(PGconn *c, int key, int n);
+
+/* Run fn(arg) in a child process; returns its pid. */
+pid_t bt_spawn(int (*fn)(void *), void *arg);
+/* Wait for a child; returns its exit status (or 128+signal). */
+int bt_wait_child(pid_t pid);
+
+/* Read a backfill row through the engine API. */
+bf_backfill bt_get(bf_engine *e, const char *id);
+
+/* Apply an action as an operator; returns the bf_err. */
+bf_err bt_act(bf_engine *e, bf_action action, const char *id);
+
+/* Step the worker until it reports something other than BF_STEP_BATCH; returns that step. */
+bf_step bt_step_until_not_batch(bf_worker *w, int max_steps);
+
+#endif
