@@ -1,0 +1,204 @@
+/*
+ * srv.h - the seams between the parts of buzz-backfilld. Each part owns one file pair:
+ *
+ *   auth.c       capability tokens -> srv_identity; per-method capability checks
+ *   dispatch.c   envelope decode, limits, deadline, method lookup through protoc-c service
+ *                descriptors, authentication/authorization, audit of rejections, invoke, encode
+ *   transport.c  nng REP socket, listeners (ipc://, tcp://, tls+tcp://), a pool of threads each
+ *                with its own nng context and engine session
+ *   admin.c      the Admin service (ProtobufCService) over the engine API
+ *   readiness.c  the Readiness service, derived from PostgreSQL on every call
+ *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
+ *   config.c     key = value file, environment, flags
+ *   startup.c    the startup order of DESIGN.md; workers
+ *   main.c       composes the above
+ *
+ * Threading: srv_context is built before serving starts and is read-only afterwards (except
+ * where a field says otherwise). Each transport thread owns one srv_session (one engine
+ * connection) and handles one request at a time; a srv_call lives for one request.
+ */
+#ifndef BUZZ_SRV_H
+#define BUZZ_SRV_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+#include "buzz/backfill/v1/readiness.pb-c.h"
+#include "buzz/backfill/v1/rpc.pb-c.h"
+#include "buzz/engine.h"
+
+#define SRV_MAX_MESSAGE     (1024 * 1024) /* receive cap of one request, bytes */
+#define SRV_MESSAGE_MAX_LEN 200           /* Status.message bound */
+#define SRV_DETAIL_MAX_LEN  BF_DIAG_MAX   /* Status.detail bound */
+
+typedef Buzz__Backfill__V1__StatusCode srv_code;
+
+/* ---- identity (auth.c) ------------------------------------------------------------------ */
+
+/* Capability bits: 1u << Buzz__Backfill__V1__Capability value. */
+#define SRV_CAP_READ      (1u << BUZZ__BACKFILL__V1__CAPABILITY__READ)
+#define SRV_CAP_CONTROL   (1u << BUZZ__BACKFILL__V1__CAPABILITY__CONTROL)
+#define SRV_CAP_VALIDATE  (1u << BUZZ__BACKFILL__V1__CAPABILITY__VALIDATE)
+#define SRV_CAP_READINESS (1u << BUZZ__BACKFILL__V1__CAPABILITY__READINESS)
+#define SRV_CAP_ALL       (SRV_CAP_READ | SRV_CAP_CONTROL | SRV_CAP_VALIDATE | SRV_CAP_READINESS)
+
+/* Transport facts about the peer of one request. */
+typedef struct srv_peer {
+    const char *listener; /* "ipc", "tcp" or "tls" */
+    bool has_uid;         /* ipc only: the peer's uid from the kernel */
+    uint32_t uid;
+} srv_peer;
+
+/* Who a request speaks for, once authenticated. */
+typedef struct srv_identity {
+    bool authenticated;
+    bool boundary;              /* authority supplied by a protected listener, not a token */
+    char actor[BF_ACTOR_MAX];   /* "" when only an authority source is known */
+    char authority[BF_ACTOR_MAX]; /* "token kid=k1" or "ipc uid=1000" */
+    uint32_t caps;              /* SRV_CAP_* */
+    uint32_t roles;             /* 1u << Role value; informational, grants nothing */
+    char token_id[33];          /* lower-case hex, "" for boundary authority */
+    int64_t expires_at;         /* Unix seconds, 0 for boundary authority */
+} srv_identity;
+
+typedef struct srv_auth srv_auth;
+
+typedef struct srv_auth_config {
+    const char *audience;          /* required token audience */
+    const char *trusted_keys_file; /* lines "<kid> <base64url Ed25519 public key>" */
+    const char *revoked_file;      /* optional: lines "<token id hex>" */
+    int clock_skew_s;              /* tolerated skew on nbf/exp; default 30 */
+    bool ipc_boundary;             /* ipc:// peers get boundary authority (all caps) */
+    uint32_t ipc_boundary_caps;    /* caps granted to ipc peers when ipc_boundary; 0 = all */
+} srv_auth_config;
+
+bf_err srv_auth_new(srv_auth **out, const srv_auth_config *cfg, char *diag, size_t diag_len);
+void srv_auth_free(srv_auth *auth);
+/* Re-read trusted keys and revocations (SIGHUP). On error the previous sets stay. Thread-safe
+ * against concurrent srv_auth_authenticate calls. */
+bf_err srv_auth_reload(srv_auth *auth, char *diag, size_t diag_len);
+/*
+ * Authenticate one request: a token (may be NULL) and the peer. Boundary authority applies
+ * only when the token is absent, the listener is ipc and ipc_boundary is set. Returns BF_OK
+ * with *who filled, or BF_ERR_UNAUTHENTICATED with a short client-safe reason in diag
+ * (malformed, bad signature, unknown key, expired, not yet valid, wrong audience, revoked).
+ * Verified tokens are cached by hash; revocation and expiry are still checked on every call.
+ */
+bf_err srv_auth_authenticate(srv_auth *auth, const char *token, const srv_peer *peer,
+                             srv_identity *who, char *diag, size_t diag_len)
+    __attribute__((warn_unused_result));
+/* BF_OK when who holds every bit of required_caps, else BF_ERR_PERMISSION_DENIED. Roles are
+ * never consulted. */
+bf_err srv_auth_authorize(const srv_identity *who, uint32_t required_caps)
+    __attribute__((warn_unused_result));
+
+/* ---- server context and sessions -------------------------------------------------------- */
+
+typedef struct srv_context {
+    const bf_registry *registry;
+    srv_auth *auth;
+    const char *conninfo;
+    bool auto_migrate;
+    bool auto_backfill;
+    int request_retention_s;
+    bf_config engine_cfg; /* template for per-thread engine sessions */
+    atomic_bool shutting_down;
+} srv_context;
+
+/* Per transport thread. */
+typedef struct srv_session {
+    srv_context *ctx;
+    bf_engine *engine; /* opened lazily; NULL while the database is unreachable */
+} srv_session;
+
+/* The engine session of this thread, (re)opened on demand. BF_ERR_UNAVAILABLE when the
+ * database cannot be reached. */
+bf_err srv_session_engine(srv_session *s, bf_engine **out);
+
+/* ---- one request (dispatch.c) ----------------------------------------------------------- */
+
+typedef struct srv_call {
+    srv_session *session;
+    const srv_identity *who;
+    const srv_peer *peer;
+    char method[96];                    /* full method name */
+    char request_id[BF_REQUEST_ID_MAX]; /* lower-case hex of the envelope's request_id, "" */
+    int64_t deadline_us;                /* CLOCK_MONOTONIC microseconds; 0 = none */
+    /* set by the handler through srv_call_status(); OK unless set */
+    srv_code code;
+    char message[SRV_MESSAGE_MAX_LEN + 1];
+    char detail[SRV_DETAIL_MAX_LEN];
+    /* set by the dispatcher's closure: the packed response body, if any */
+    uint8_t *body;
+    size_t body_len;
+    bool closed;
+} srv_call;
+
+/* Set the call's status (message bounded and redacted by the caller's choice of text). */
+void srv_call_status(srv_call *call, srv_code code, const char *message, const char *detail_fmt,
+                     ...) __attribute__((format(printf, 4, 5)));
+/* Microseconds left before the deadline (INT64_MAX without one; <= 0 when passed). */
+int64_t srv_call_remaining_us(const srv_call *call);
+/* The srv_call behind a protoc-c closure_data pointer. */
+#define SRV_CALL(closure_data) ((srv_call *)(closure_data))
+
+typedef struct srv_dispatcher srv_dispatcher;
+
+/* Per-method requirements, in the service descriptor's method order. */
+typedef struct srv_method_policy {
+    uint32_t caps;     /* capabilities required */
+    bool audited;      /* control/validate: every rejection is audited */
+} srv_method_policy;
+
+bf_err srv_dispatcher_new(srv_dispatcher **out, srv_context *ctx);
+void srv_dispatcher_free(srv_dispatcher *d);
+/* Register a service implementation; policies has service->descriptor->n_methods entries. */
+bf_err srv_dispatcher_add(srv_dispatcher *d, ProtobufCService *service,
+                          const srv_method_policy *policies);
+/*
+ * Handle one request message end to end and produce the response envelope (malloc'd, caller
+ * frees) in *out. Every failure becomes a typed status in the response; BF_OK unless even
+ * that could not be produced (out of memory). received_us is CLOCK_MONOTONIC at receipt.
+ */
+bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
+                    const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
+                    size_t *out_len);
+
+/* ---- services (admin.c, readiness.c) ---------------------------------------------------- */
+
+/* The Admin service and its method policies (descriptor order). */
+ProtobufCService *srv_admin_service(void);
+const srv_method_policy *srv_admin_policies(void);
+ProtobufCService *srv_readiness_service(void);
+const srv_method_policy *srv_readiness_policies(void);
+
+/* ---- conversions (convert.c) ------------------------------------------------------------ */
+
+/* The one table from engine errors to wire status codes. */
+srv_code srv_code_from_err(bf_err err);
+/* A Backfill message with storage for its sub-messages. Strings point into the row: keep the
+ * row alive while the message is used. Unknown values stay absent. */
+typedef struct srv_backfill_msg {
+    Buzz__Backfill__V1__Backfill backfill;
+    Buzz__Backfill__V1__Definition definition;
+    Buzz__Backfill__V1__Claim claim;
+    Buzz__Backfill__V1__Retry retry;
+    Buzz__Backfill__V1__Diagnostic error;
+    Buzz__Backfill__V1__Validation validation;
+    Buzz__Backfill__V1__Progress progress;
+    Buzz__Backfill__V1__Times times;
+} srv_backfill_msg;
+
+void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating);
+Buzz__Backfill__V1__State srv_state_to_proto(bf_state state);
+
+/* ---- monotonic time --------------------------------------------------------------------- */
+int64_t srv_now_us(void);
+
+#endif /* BUZZ_SRV_H */
