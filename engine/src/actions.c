@@ -136,11 +136,9 @@ static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_a
     bf__format(out->detail, sizeof out->detail, "accepted: %s -> %s%s%s",
                bf_state_name(out->prior), bf_state_name(out->result), detail[0] ? ", " : "",
                detail);
-    if (st == BF_STATE_RUNNING || st == BF_STATE_VALIDATING) {
-        const char *params[] = {id};
-        err = bf__exec0(e, "notify workers", "SELECT pg_notify('buzz_backfill', $1)", 1, params);
-    }
-    return err;
+    /* wakes idle workers and readiness waiters on commit; they re-read before acting */
+    const char *params[] = {id};
+    return bf__exec0(e, "notify", "SELECT pg_notify('buzz_backfill', $1)", 1, params);
 }
 
 static void result_reset(bf_action_result *out)

@@ -192,7 +192,7 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
                        " validated_at = clock_timestamp(), validation_request = $4,"
                        " updated_at = clock_timestamp()"
                        " WHERE id = $1 AND state = 'validating' AND generation = $2::bigint"
-                       " RETURNING generation",
+                       " RETURNING generation, pg_notify('buzz_backfill', id)",
                        4, params);
         if (err == BF_OK) {
             if (PQntuples(r) == 1) {

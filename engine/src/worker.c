@@ -220,9 +220,10 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
                " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
                " AND claim_expires_at > clock_timestamp() AND state = $4"
                " AND checkpoint IS NOT DISTINCT FROM $7::text[] RETURNING generation)"
-               " INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
+               ", a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
                " prior_state, result_state, generation, outcome)"
-               " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1",
+               " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1)"
+               " SELECT pg_notify('buzz_backfill', $1) FROM a",
                set);
     const char *params[] = {w->id, gen, e->owner, bf_state_name(from), bf_state_name(to),
                             outcome, w->has_checkpoint ? w->checkpoint : NULL, detail};
@@ -334,7 +335,7 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
         " prior_state, result_state, generation, outcome)"
         " SELECT $1, 'worker', $3, 'engine', $10, u.state, u.generation, $9 FROM u"
         " WHERE u.state <> $10)"
-        " SELECT state, attempts FROM u",
+        " SELECT state, attempts, pg_notify('buzz_backfill', $1) FROM u",
         10, params);
     if (err != BF_OK)
         return err;
