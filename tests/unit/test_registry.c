@@ -1,0 +1,152 @@
+/*
+ * test_registry.c - definitions are validated before they can run (fail closed on a bad
+ * definition), errors and SQLSTATEs map through their single tables, and names round-trip.
+ * No database needed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "buzz/engine.h"
+#include "internal.h" /* the SQLSTATE classification table */
+
+static bf_definition good(void)
+{
+    bf_definition d = {
+        .id = "items.fix_v1",
+        .table = "public.items",
+        .key = {{"id", BF_KEY_BIGINT}},
+        .nkey = 1,
+        .batch_size = 100,
+        .needs_repair = "t.fixed IS NULL",
+        .update_set = "fixed = 1",
+    };
+    return d;
+}
+
+static void expect_rejected(bf_definition d, const char *why)
+{
+    bf_registry *reg = NULL;
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    char diag[BF_DIAG_MAX] = "";
+    assert_int_equal(bf_registry_add(reg, &d, diag, sizeof diag), BF_ERR_DEFINITION);
+    assert_non_null(strstr(diag, why));
+    assert_int_equal(bf_registry_count(reg), 0);
+    bf_registry_free(reg);
+}
+
+static void test_definition_validation(void **state)
+{
+    bf_definition d = good();
+    d.id = "Bad ID";
+    expect_rejected(d, "stable id");
+    d = good();
+    d.table = "public.items; DROP TABLE x";
+    expect_rejected(d, "table");
+    d = good();
+    d.nkey = 0;
+    expect_rejected(d, "ordering key");
+    d = good();
+    d.key[0].name = "id\"";
+    expect_rejected(d, "key column");
+    d = good();
+    d.batch_size = 0;
+    expect_rejected(d, "batch_size");
+    d = good();
+    d.batch_size = BF_BATCH_MAX + 1;
+    expect_rejected(d, "batch_size");
+    d = good();
+    d.update_set = NULL;
+    expect_rejected(d, "update_set");
+    d = good();
+    d.nkey = 2;
+    d.key[1] = (bf_key_column){"id", BF_KEY_BYTEA};
+    expect_rejected(d, "distinct");
+    d = good();
+    d.key[0].type = (bf_key_type)99;
+    expect_rejected(d, "unsupported");
+}
+
+static void test_registry_duplicates_and_lookup(void **state)
+{
+    bf_registry *reg = NULL;
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    bf_definition d = good();
+    bf_definition twin = good();
+    char diag[BF_DIAG_MAX];
+    assert_int_equal(bf_registry_add(reg, &d, diag, sizeof diag), BF_OK);
+    assert_int_equal(bf_registry_add(reg, &twin, diag, sizeof diag), BF_ERR_DEFINITION);
+    assert_ptr_equal(bf_registry_find(reg, "items.fix_v1"), &d);
+    assert_null(bf_registry_find(reg, "items.other"));
+    assert_int_equal(bf_registry_count(reg), 1);
+    char bad[BF_DIAG_MAX] = "";
+    assert_int_equal(bf_registry_load_module(reg, "/nonexistent/module.so", bad, sizeof bad),
+                     BF_ERR_DEFINITION);
+    assert_true(strlen(bad) < BF_DIAG_MAX);
+    bf_registry_free(reg);
+}
+
+static void test_id_format(void **state)
+{
+    assert_true(bf_id_valid("events.content_len_v1"));
+    assert_true(bf_id_valid("a-b"));
+    assert_false(bf_id_valid("ab"));
+    assert_false(bf_id_valid("1abc"));
+    assert_false(bf_id_valid("abc def"));
+    assert_false(bf_id_valid(NULL));
+    char longid[80];
+    memset(longid, 'a', sizeof longid - 1);
+    longid[sizeof longid - 1] = '\0';
+    assert_false(bf_id_valid(longid));
+}
+
+static void test_sqlstate_table(void **state)
+{
+    assert_int_equal(bf__classify_sqlstate("40001").err, BF_ERR_RETRYABLE);
+    assert_int_equal(bf__classify_sqlstate("40P01").err, BF_ERR_RETRYABLE);
+    assert_int_equal(bf__classify_sqlstate("55P03").err, BF_ERR_RETRYABLE);
+    assert_int_equal(bf__classify_sqlstate("57014").err, BF_ERR_RETRYABLE);
+    assert_int_equal(bf__classify_sqlstate("08006").err, BF_ERR_UNAVAILABLE);
+    assert_int_equal(bf__classify_sqlstate("42P01").err, BF_ERR_PREREQUISITE);
+    assert_int_equal(bf__classify_sqlstate("42703").err, BF_ERR_PREREQUISITE);
+    assert_int_equal(bf__classify_sqlstate("23505").err, BF_ERR_DATA_INVARIANT);
+    assert_int_equal(bf__classify_sqlstate("22012").err, BF_ERR_DATA_INVARIANT);
+    assert_int_equal(bf__classify_sqlstate("42601").err, BF_ERR_DEFINITION);
+    assert_int_equal(bf__classify_sqlstate("BFS01").err, BF_ERR_STALE);
+    assert_int_equal(bf__classify_sqlstate("BFB01").err, BF_ERR_BATCH_BOUND);
+    assert_int_equal(bf__classify_sqlstate("BFI01").err, BF_ERR_IMMUTABLE);
+    assert_int_equal(bf__classify_sqlstate(NULL).err, BF_ERR_RETRYABLE);
+}
+
+static void test_names(void **state)
+{
+    for (int s = BF_STATE_PENDING; s <= BF_STATE_COMPLETED; s++) {
+        bf_state parsed = 0;
+        assert_int_equal(bf_state_parse(bf_state_name((bf_state)s), &parsed), BF_OK);
+        assert_int_equal(parsed, s);
+    }
+    bf_state untouched = BF_STATE_PAUSED;
+    assert_int_equal(bf_state_parse("cancelled", &untouched), BF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(untouched, BF_STATE_PAUSED);
+    assert_string_equal(bf_state_name((bf_state)0), "unknown");
+    assert_string_equal(bf_err_name(BF_ERR_STALE), "BF_ERR_STALE");
+    assert_string_equal(bf_err_str(BF_OK), "ok");
+    assert_string_equal(bf_err_str((bf_err)9999), "unknown error");
+    assert_string_equal(bf_key_type_name(BF_KEY_TIMESTAMPTZ), "timestamptz");
+    assert_null(bf_key_type_name((bf_key_type)0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_definition_validation),
+        cmocka_unit_test(test_registry_duplicates_and_lookup),
+        cmocka_unit_test(test_id_format),
+        cmocka_unit_test(test_sqlstate_table),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
