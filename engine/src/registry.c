@@ -203,10 +203,12 @@ static void add_fence_where(bf_strbuf *sb, const bf_definition *d, const char *l
     bf_strbuf_add(sb, " <= ");
     add_param(sb, d, 5);
     if (has_checkpoint) {
-        bf_strbuf_add(sb, " AND ");
+        /* the callback fence serves both variants: no checkpoint yet means before all work */
+        bf_strbuf_add(sb, " AND ($4::text[] IS NULL OR ");
         add_tuple(sb, d, "l");
         bf_strbuf_add(sb, " > ");
         add_param(sb, d, 4);
+        bf_strbuf_add(sb, ")");
     }
     bf_strbuf_add(sb, ")");
 }

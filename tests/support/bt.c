@@ -283,3 +283,82 @@ bf_step bt_step_until_not_batch(bf_worker *w, int max_steps)
     bt_fail("worker still running batches after %d steps", max_steps);
     return BF_STEP_IDLE;
 }
+
+/* ---- conformance helpers (claims, crashes, timeouts) ------------------------------------ */
+
+bf_engine *bt_engine_timeouts(const bf_registry *reg, const char *owner, int lease_ms,
+                              int statement_timeout_ms, int lock_timeout_ms)
+{
+    bf_config cfg = {.conninfo = db_conninfo,
+                     .owner = owner,
+                     .lease_ms = lease_ms,
+                     .statement_timeout_ms = statement_timeout_ms,
+                     .lock_timeout_ms = lock_timeout_ms,
+                     .log = getenv("BT_QUIET") ? NULL : bt_log};
+    bf_engine *e = NULL;
+    bf_err err = bf_engine_open(&e, &cfg, reg);
+    if (err != BF_OK)
+        bt_fail("bf_engine_open: %s", bf_err_str(err));
+    err = bf_migrate(e);
+    if (err != BF_OK)
+        bt_fail("bf_migrate: %s: %s", bf_err_str(err), bf_engine_diag(e));
+    return e;
+}
+
+bf_engine *bt_child_engine(const bf_registry *reg, const char *owner, int lease_ms)
+{
+    bf_config cfg = {.conninfo = db_conninfo,
+                     .owner = owner,
+                     .lease_ms = lease_ms,
+                     .statement_timeout_ms = 60000,
+                     .lock_timeout_ms = 60000,
+                     .log = getenv("BT_QUIET") ? NULL : bt_log};
+    bf_engine *e = NULL;
+    if (bf_engine_open(&e, &cfg, reg) != BF_OK)
+        return NULL;
+    return e;
+}
+
+bf_err bt_claim_poll(bf_worker *w, const char *id, int64_t *generation_out, int timeout_ms)
+{
+    bf_err err = BF_ERR_NO_WORK;
+    for (int waited = 0; waited <= timeout_ms; waited += 5) {
+        err = bf_worker_claim(w, id, generation_out);
+        if (err != BF_ERR_NO_WORK)
+            return err;
+        usleep(5000); /* polls PostgreSQL: its clock decides when the claim is free */
+    }
+    return err;
+}
+
+int bt_barrier_waiter_pid(PGconn *c, int key)
+{
+    return (int)bt_int(c,
+                       "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                       " AND classid = 424242 AND objid = %d AND database = (SELECT oid FROM"
+                       " pg_database WHERE datname = current_database()) LIMIT 1",
+                       key);
+}
+
+void bt_wait_backend_gone(PGconn *c, int pid)
+{
+    for (int i = 0; i < 60000; i++) {
+        if (bt_int(c, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid) == 0)
+            return;
+        usleep(1000);
+    }
+    bt_fail("backend %d still alive after 60 s", pid);
+}
+
+void bt_wait_lock_waiters(PGconn *c, int n)
+{
+    for (int i = 0; i < 60000; i++) {
+        long long waiting = bt_int(c, "SELECT count(*) FROM pg_stat_activity"
+                                      " WHERE datname = current_database()"
+                                      " AND wait_event_type = 'Lock'");
+        if (waiting >= n)
+            return;
+        usleep(1000);
+    }
+    bt_fail("fewer than %d backends waited for a lock within 60 s", n);
+}

@@ -59,4 +59,27 @@ bf_err bt_act(bf_engine *e, bf_action action, const char *id);
 /* Step the worker until it reports something other than BF_STEP_BATCH; returns that step. */
 bf_step bt_step_until_not_batch(bf_worker *w, int max_steps);
 
+/* ---- conformance helpers (claims, crashes, timeouts) ------------------------------------ */
+
+/* bt_engine() with explicit per-statement timeouts (fails the test on error). */
+bf_engine *bt_engine_timeouts(const bf_registry *reg, const char *owner, int lease_ms,
+                              int statement_timeout_ms, int lock_timeout_ms);
+
+/* An engine for a forked child: never calls cmocka, does not migrate; NULL on failure. */
+bf_engine *bt_child_engine(const bf_registry *reg, const char *owner, int lease_ms);
+
+/* Claim id, polling while it is not claimable yet (an unexpired claim, a retry backoff) for at
+ * most timeout_ms. Never calls cmocka (safe in children); returns the last bf_err. */
+bf_err bt_claim_poll(bf_worker *w, const char *id, int64_t *generation_out, int timeout_ms);
+
+/* Pid of a backend waiting for barrier key, 0 when none. */
+int bt_barrier_waiter_pid(PGconn *c, int key);
+
+/* Block until the backend pid has exited (e.g. the session of a killed child). */
+void bt_wait_backend_gone(PGconn *c, int pid);
+
+/* Block until at least n backends of the test database wait for a heavyweight lock (a row
+ * locked by the test, for instance). */
+void bt_wait_lock_waiters(PGconn *c, int n);
+
 #endif

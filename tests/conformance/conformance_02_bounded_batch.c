@@ -1,0 +1,418 @@
+/*
+ * conformance_02_bounded_batch.c - spec conformance test 2, bounded batch.
+ *
+ * A source set larger than one batch advances only within the declared batch bound per
+ * transaction; a compound key with ties on its first column neither skips nor repeats rows
+ * when a batch boundary falls inside a tie group; a batch that outlives its statement timeout
+ * rolls back its target mutations and its checkpoint and is classified retryable; a mutation
+ * that touches more rows than the bound (a callback that reaches beyond its batch, or a
+ * declarative update over a key that is not unique) commits nothing and ends in the bounded
+ * failure disposition (failed, error_class batch_bound) instead of widening the batch.
+ *
+ * Guards proved (removing any one of them fails this test):
+ *   - the LIMIT of the keyset selection, registry.c add_keyset ("LIMIT $n"): without it one
+ *     step selects the whole source set;
+ *   - the bound check of buzz_backfill.batch_verdict (migrate.c): "touched > batch_limit"
+ *     rejects the declarative statement whose mutation outgrew the batch;
+ *   - the row budget of bf_txn_exec (txn.c txn_run: "rows > txn->limit - txn->touched");
+ *   - the per-batch statement timeout (worker.c batch_declarative "SET LOCAL
+ *     statement_timeout", engine.c bf__set_local_timeouts for callbacks): without it a blocked
+ *     batch never ends and the step does not return within the deadline.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bt.h"
+
+#define BARRIER_DECL  21
+#define BARRIER_CB    22
+#define SHORT_TIMEOUT 300   /* ms: statement_timeout of the dedicated engine */
+#define STEP_DEADLINE 20000 /* ms: a timed-out step must have returned long before this */
+#define BACKOFF_WAIT  20000 /* ms: upper bound on waiting for the retry backoff */
+
+/* ---- definitions ------------------------------------------------------------------------ */
+
+static const bf_definition bounded_def = {
+    .id = "bounded.items_v1",
+    .table = "bb_items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+};
+
+/* 37 rows per batch over groups of 50 rows sharing one timestamp: boundaries fall in ties */
+static const bf_definition ties_def = {
+    .id = "bounded.events_v1",
+    .table = "bb_events",
+    .key = {{"ts", BF_KEY_TIMESTAMPTZ}, {"eid", BF_KEY_BYTEA}},
+    .nkey = 2,
+    .batch_size = 37,
+    .needs_repair = "t.kind_norm IS NULL",
+    .update_set = "kind_norm = t.kind + 100, counter = t.counter + 1",
+    .postcondition = "t.kind_norm = t.kind + 100 AND t.counter = 1",
+};
+
+/* the declarative batch waits at the barrier on row 150, in the middle of its mutation */
+static const bf_definition slow_def = {
+    .id = "bounded.slow_v1",
+    .table = "bb_slow",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL AND (t.id <> 150 OR bt_barrier(21))",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+    .retry = {.max_attempts = 5, .base_ms = 1, .cap_ms = 5},
+};
+
+/* mutate the whole batch, then wait at the barrier: the mutation is certainly done */
+static bf_err slow_mutate(bf_txn *txn, void *arg)
+{
+    (void)arg;
+    long n = 0;
+    bf_err err = bf_txn_exec(txn,
+                             "UPDATE bb_slowcb t SET fixed = t.val * 2, counter = t.counter + 1"
+                             " FROM bf_batch b WHERE t.id = b.id AND t.fixed IS NULL",
+                             0, NULL, &n);
+    if (err == BF_OK)
+        err = bf_txn_exec(txn, "DO $$BEGIN PERFORM bt_barrier(22); END$$", 0, NULL, NULL);
+    return err;
+}
+
+static const bf_definition slow_cb_def = {
+    .id = "bounded.slow_cb_v1",
+    .table = "bb_slowcb",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL",
+    .mutate = slow_mutate,
+    .retry = {.max_attempts = 5, .base_ms = 1, .cap_ms = 5},
+};
+
+/* a callback that reaches beyond its batch: 100 batch rows plus rows 251..300 */
+static bf_err over_mutate(bf_txn *txn, void *arg)
+{
+    (void)arg;
+    return bf_txn_exec(txn,
+                       "UPDATE bb_over t SET fixed = t.val * 2, counter = t.counter + 1"
+                       " WHERE t.id IN (SELECT id FROM bf_batch) OR t.id > 250",
+                       0, NULL, NULL);
+}
+
+static const bf_definition over_def = {
+    .id = "bounded.over_v1",
+    .table = "bb_over",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL",
+    .mutate = over_mutate,
+};
+
+/* operator error: the declared key is not unique, every id appears twice. 99 selected rows
+ * end inside the pair of id 50, and the update reaches both rows of it: 100 touched. */
+static const bf_definition dup_def = {
+    .id = "bounded.dup_v1",
+    .table = "bb_dup",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 99,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+};
+
+static const bf_definition *const defs[] = {&bounded_def, &ties_def, &slow_def,
+                                            &slow_cb_def, &over_def, &dup_def};
+#define NDEFS (sizeof defs / sizeof defs[0])
+
+static bf_registry *reg;
+static bf_engine *admin;
+static PGconn *conn;
+
+static int setup(void **state)
+{
+    (void)state;
+    bt_db_create("conf02");
+    conn = bt_connect();
+    bt_install_barrier(conn);
+    bt_make_items(conn, "bb_items", 1000);
+    bt_make_events(conn, "bb_events", 1000, 50);
+    bt_exec(conn, "ALTER TABLE bb_events ADD COLUMN counter integer NOT NULL DEFAULT 0");
+    bt_make_items(conn, "bb_slow", 300);
+    bt_make_items(conn, "bb_slowcb", 300);
+    bt_make_items(conn, "bb_over", 300);
+    bt_exec(conn, "CREATE TABLE bb_dup (id bigint NOT NULL, val integer NOT NULL,"
+                  " fixed integer, counter integer NOT NULL DEFAULT 0);"
+                  "CREATE INDEX ON bb_dup (id);"
+                  "INSERT INTO bb_dup (id, val) SELECT g / 2, g FROM generate_series(2, 201) g");
+    reg = bt_registry(defs, NDEFS);
+    admin = bt_engine(reg, "operator", 0);
+    assert_int_equal(bf_register_all(admin), BF_OK);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bf_engine_close(admin);
+    bf_registry_free(reg);
+    PQfinish(conn);
+    bt_db_drop();
+    return 0;
+}
+
+static void start(const char *id)
+{
+    assert_int_equal(bt_act(admin, BF_ACTION_START, id), BF_OK);
+    assert_int_equal(bt_get(admin, id).state, BF_STATE_RUNNING);
+}
+
+/* ---- one step moves exactly one bound ------------------------------------------------- */
+
+static void test_one_step_one_bound(void **state)
+{
+    (void)state;
+    start("bounded.items_v1");
+    bf_engine *we = bt_engine(reg, "worker", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "bounded.items_v1", NULL), BF_OK);
+
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_int_equal(info.rows, 100);
+    assert_int_equal(info.touched, 100);
+    assert_string_equal(info.checkpoint, "{100}");
+    bf_backfill row = bt_get(admin, "bounded.items_v1");
+    assert_string_equal(row.checkpoint, "100");
+    assert_int_equal(row.rows_committed, 100);
+    assert_int_equal(row.batches_committed, 1);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM bb_items WHERE id <= 100"
+                                  " AND fixed = val * 2 AND counter = 1"),
+                     100);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM bb_items WHERE id > 100"
+                                  " AND fixed IS NULL AND counter = 0"),
+                     900);
+
+    /* the next step takes exactly the next bound */
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_int_equal(info.rows, 100);
+    assert_string_equal(info.checkpoint, "{200}");
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM bb_items WHERE counter <> 0"), 200);
+    assert_int_equal(bt_int(conn, "SELECT max(id) FROM bb_items WHERE counter <> 0"), 200);
+
+    bf_worker_free(w);
+    bf_engine_close(we);
+}
+
+/* ---- compound key with ties: no skip, no repeat ---------------------------------------- */
+
+static void test_compound_key_ties(void **state)
+{
+    (void)state;
+    const char *id = "bounded.events_v1";
+    start(id);
+    bf_engine *we = bt_engine(reg, "worker", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+
+    /* the first boundary falls inside the first tie group: 37 of its 49 rows done */
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_int_equal(info.rows, 37);
+    static const char split_sql[] =
+        "SELECT count(*) FROM bb_events e, buzz_backfill.backfill b"
+        " WHERE b.id = 'bounded.events_v1' AND e.ts = b.checkpoint[1]::timestamptz"
+        " AND e.eid %s b.checkpoint[2]::bytea AND e.counter = %d";
+    assert_int_equal(bt_int(conn, split_sql, "<=", 1), 37);
+    assert_int_equal(bt_int(conn, split_sql, ">", 0), 12);
+
+    long total = 37, batches = 1;
+    for (;;) {
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        if (info.step != BF_STEP_BATCH)
+            break;
+        assert_in_range(info.rows, 1, 37);
+        total += info.rows;
+        batches++;
+        assert_true(batches <= 100);
+    }
+    assert_int_equal(info.step, BF_STEP_VALIDATING);
+    assert_int_equal(total, 1000);
+    assert_int_equal(batches, (1000 + 36) / 37);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM bb_events WHERE counter = 1"
+                                  " AND kind_norm = kind + 100"),
+                     1000);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_COMPLETED);
+    bf_backfill row = bt_get(admin, id);
+    assert_int_equal(row.state, BF_STATE_COMPLETED);
+    assert_int_equal(row.rows_committed, 1000);
+
+    bf_worker_free(w);
+    bf_engine_close(we);
+}
+
+/* ---- timeout: rollback and retryable --------------------------------------------------- */
+
+typedef struct stepper {
+    bf_worker *w;
+    bf_step_info info;
+    bf_err err;
+    atomic_bool done;
+} stepper;
+
+static void *stepper_main(void *arg)
+{
+    stepper *s = arg;
+    s->err = bf_worker_step(s->w, &s->info);
+    atomic_store(&s->done, true);
+    return NULL;
+}
+
+/* Step w on another thread while barrier is held; the step must end by itself (the statement
+ * timeout) well before the deadline. The barrier is released in any case before joining. */
+static void step_past_timeout(bf_worker *w, int barrier, bf_step_info *info)
+{
+    bt_lock(conn, barrier);
+    stepper s = {.w = w, .err = BF_ERR_INTERNAL};
+    atomic_init(&s.done, false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stepper_main, &s), 0);
+    for (int waited = 0; waited < STEP_DEADLINE && !atomic_load(&s.done); waited += 5)
+        usleep(5000);
+    bool ended_by_itself = atomic_load(&s.done);
+    bt_unlock(conn, barrier);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(ended_by_itself);
+    assert_int_equal(s.err, BF_OK);
+    *info = s.info;
+}
+
+static void check_timed_out(const char *id, const char *table)
+{
+    bf_backfill row = bt_get(admin, id);
+    assert_int_equal(row.state, BF_STATE_RUNNING);
+    assert_int_equal(row.attempts, 1);
+    assert_true(row.has_next_attempt);
+    assert_string_equal(row.error_class, "retryable");
+    assert_false(row.claimed);
+    assert_string_equal(row.checkpoint, "100");
+    assert_int_equal(row.batches_committed, 1);
+    assert_int_equal(row.rows_committed, 100);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM %s WHERE counter <> 0", table), 100);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM %s WHERE id > 100 AND fixed IS NULL", table), 200);
+}
+
+static void run_timeout_case(const char *id, const char *table, int barrier)
+{
+    start(id);
+    bf_engine *we = bt_engine_timeouts(reg, "short-timeout", 30000, SHORT_TIMEOUT, 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK); /* barrier open: 1..100 commit */
+    assert_int_equal(info.step, BF_STEP_BATCH);
+
+    step_past_timeout(w, barrier, &info);
+    assert_int_equal(info.step, BF_STEP_RETRY);
+    check_timed_out(id, table);
+
+    /* after the backoff the same work commits, exactly once */
+    assert_int_equal(bt_claim_poll(w, id, NULL, BACKOFF_WAIT), BF_OK);
+    assert_int_equal(bt_step_until_not_batch(w, 100), BF_STEP_VALIDATING);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_COMPLETED);
+    assert_int_equal(bt_int(conn,
+                            "SELECT count(*) FROM %s WHERE counter = 1"
+                            " AND fixed = val * 2",
+                            table),
+                     300);
+    assert_int_equal(bt_get(admin, id).attempts, 0);
+    bf_worker_free(w);
+    bf_engine_close(we);
+}
+
+static void test_timeout_declarative(void **state)
+{
+    (void)state;
+    run_timeout_case("bounded.slow_v1", "bb_slow", BARRIER_DECL);
+}
+
+static void test_timeout_callback(void **state)
+{
+    (void)state;
+    run_timeout_case("bounded.slow_cb_v1", "bb_slowcb", BARRIER_CB);
+}
+
+/* ---- mutations beyond the bound -------------------------------------------------------- */
+
+static void check_batch_bound_failure(const char *id, const char *table, long rows)
+{
+    bf_backfill row = bt_get(admin, id);
+    assert_int_equal(row.state, BF_STATE_FAILED);
+    assert_string_equal(row.error_class, "batch_bound");
+    assert_false(row.has_checkpoint);
+    assert_false(row.claimed);
+    assert_int_equal(row.batches_committed, 0);
+    assert_int_equal(row.rows_committed, 0);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM %s WHERE fixed IS NULL AND counter = 0", table), rows);
+}
+
+static void run_bound_case(const char *id, const char *table, long rows)
+{
+    start(id);
+    bf_engine *we = bt_engine(reg, "worker", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_FAILED);
+    check_batch_bound_failure(id, table, rows);
+    bf_worker_free(w);
+    bf_engine_close(we);
+}
+
+static void test_callback_beyond_bound(void **state)
+{
+    (void)state;
+    run_bound_case("bounded.over_v1", "bb_over", 300);
+}
+
+static void test_declarative_beyond_bound(void **state)
+{
+    (void)state;
+    run_bound_case("bounded.dup_v1", "bb_dup", 200);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_step_one_bound),
+        cmocka_unit_test(test_compound_key_ties),
+        cmocka_unit_test(test_timeout_declarative),
+        cmocka_unit_test(test_timeout_callback),
+        cmocka_unit_test(test_callback_beyond_bound),
+        cmocka_unit_test(test_declarative_beyond_bound),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
