@@ -1,7 +1,8 @@
 /*
  * txn.c - the transaction a definition's callback borrows. It exposes statements, never the
  * connection, so that every row a callback touches is counted against the batch bound and the
- * first database error is kept for classification whatever the callback returns.
+ * first database error is kept for classification whatever the callback returns. The bound
+ * counts rows written; rows a query returns are not touched and do not count.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -18,6 +19,18 @@ static long txn_rows(const PGresult *r)
     return n[0] ? strtol(n, NULL, 10) : 0;
 }
 
+/* Rows a statement wrote (INSERT, UPDATE, DELETE, MERGE): what the batch bound limits. Rows a
+ * query only reads do not count. */
+static long txn_touched(PGresult *r)
+{
+    static const char *const writes[] = {"INSERT", "UPDATE", "DELETE", "MERGE"};
+    const char *tag = PQcmdStatus(r);
+    for (size_t i = 0; i < BF_ARRAY_LEN(writes); i++)
+        if (strncmp(tag, writes[i], strlen(writes[i])) == 0)
+            return strtol(PQcmdTuples(r), NULL, 10);
+    return 0;
+}
+
 static bf_err txn_run(bf_txn *txn, PGresult **out, const char *sql, int nparams,
                       const char *const *params)
 {
@@ -29,7 +42,7 @@ static bf_err txn_run(bf_txn *txn, PGresult **out, const char *sql, int nparams,
     bf_err err = bf__exec(txn->engine, &r, "definition statement", sql, nparams, params);
     if (err != BF_OK)
         return txn->first_err = err;
-    long rows = txn_rows(r);
+    long rows = txn_touched(r);
     if (rows > txn->limit - txn->touched) {
         PQclear(r);
         bf__diag(txn->engine, BF_ERR_BATCH_BOUND, "batch touched more than its %ld rows",

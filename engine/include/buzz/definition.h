@@ -117,13 +117,16 @@ typedef struct bf_definition {
 
 /*
  * Run one statement inside the lent transaction. rows_out (optional) receives the number of rows
- * it affected or returned. Every row counts against the batch bound: when the running total
- * exceeds it, this returns BF_ERR_BATCH_BOUND and the engine rolls the whole batch back.
+ * it affected or returned. Every row it writes (INSERT, UPDATE, DELETE, MERGE) counts against
+ * the batch bound: when the running total exceeds it, this returns BF_ERR_BATCH_BOUND and the
+ * engine rolls the whole batch back. After any error the transaction is failed: later calls
+ * return the same error without running.
  */
 bf_err bf_txn_exec(bf_txn *txn, const char *sql, int nparams, const char *const *params,
                    long *rows_out) __attribute__((warn_unused_result));
 
-/* Run a query returning one integer (first column of the first row; NULL reads as 0). */
+/* Run a query returning one integer (first column of the first row; NULL reads as 0).
+ * Counts against the bound only if the statement writes. */
 bf_err bf_txn_query_int(bf_txn *txn, const char *sql, int nparams, const char *const *params,
                         long long *value_out) __attribute__((warn_unused_result));
 
