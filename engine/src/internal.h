@@ -56,6 +56,7 @@ struct bf_engine {
     unsigned char *prepared; /* per registry index: bit 0 batch first, bit 1 batch next */
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
+    bool listening;   /* LISTEN buzz_backfill issued on this connection (bf_wait_notify) */
 };
 
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
@@ -97,7 +98,8 @@ bool bf__field_bool(const PGresult *r, int row, int col);
 void bf__copy(char *dst, size_t cap, const char *src);
 /* Bounded printf that never overflows; truncated output ends with "...". */
 void bf__format(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap);
+void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 

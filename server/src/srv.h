@@ -31,6 +31,7 @@
 #include "buzz/backfill/v1/admin.pb-c.h"
 #include "buzz/backfill/v1/readiness.pb-c.h"
 #include "buzz/backfill/v1/rpc.pb-c.h"
+#include "buzz/backfill/v1/token.pb-c.h" /* Capability values behind SRV_CAP_* */
 #include "buzz/engine.h"
 
 #define SRV_MAX_MESSAGE     (1024 * 1024) /* receive cap of one request, bytes */
