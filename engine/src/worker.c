@@ -289,7 +289,10 @@ static failure_mode failure_mode_of(bf_err err)
  * Durably classify a failed attempt before reporting it handled: retryable errors stay in the
  * current state without a claim until a bounded, jittered exponential backoff stored in
  * next_attempt_at has passed; the attempt that exhausts the policy enters failed; unmet
- * prerequisites and data invariants enter blocked. Fenced on generation and owner.
+ * prerequisites and data invariants enter blocked. Fenced on generation and owner but not on
+ * the claim's expiry: a takeover always advances the generation, so an expired but untaken
+ * claim cannot conflict with anyone, and recording the attempt keeps a statement that
+ * outlasts its lease from retrying forever without being counted.
  */
 static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_step_info *info)
 {
