@@ -1,0 +1,480 @@
+/*
+ * dispatch.c - one request end to end: envelope decode and size limit, method lookup through the
+ * registered protoc-c service descriptors, authentication and authorization, audit of rejected
+ * attempts on audited methods, deadline, invoke, response encode. Also the per-call status
+ * helpers and the monotonic clock.
+ *
+ * Design notes
+ *
+ * Order of checks. Size, then envelope, then the method (nothing is known before it, so nothing
+ * is audited). Then the body is decoded once, early, only so that an audited rejection can name
+ * the stable ID it was about; it is not acted on. Authentication and authorization come next
+ * and always win: a caller without the right capability learns nothing about its request (no
+ * body, no parse errors) and no handler runs, so no protected state is read. Only then are the
+ * request ID, the body and the deadline judged. Every rejection of an audited method is written
+ * with bf_audit_rejection() on this thread's engine session; a failure to audit is logged and
+ * never turns a rejection into success.
+ *
+ * The closure packs whatever message the handler passes; the encoder keeps the body only for
+ * OK and FAILED_PRECONDITION, so a handler may set its status before or after passing it.
+ *
+ * Deadline: deadline_ms counts from receipt (received_us). A request whose budget is spent
+ * before the handler would start is answered DEADLINE_EXCEEDED without invoking; handlers bound
+ * their own waits with srv_call_remaining_us(); an answer that comes too late is replaced by
+ * DEADLINE_EXCEEDED (a control may have taken effect: the client retries with the same request
+ * ID and gets the stored outcome).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "srv.h"
+
+#define DISPATCH_MAX_SERVICES   8
+#define DISPATCH_REQUEST_ID_LEN 16         /* bytes of a request ID on the wire */
+#define DISPATCH_AUDIT_ID_MAX   80         /* bytes of a stable ID recorded for a rejection */
+#define DISPATCH_MAX_BODY       (16 << 20) /* bytes of a packed response body */
+
+#define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
+
+typedef struct dispatch_service {
+    ProtobufCService *service;
+    srv_method_policy *policies;
+} dispatch_service;
+
+struct srv_dispatcher {
+    srv_context *ctx;
+    dispatch_service services[DISPATCH_MAX_SERVICES];
+    size_t n_services;
+};
+
+/* A srv_call plus what only the dispatcher needs; call is first so that the closure_data a
+ * handler sees (&dc->call) is also the dispatch_call. */
+typedef struct dispatch_call {
+    srv_call call;
+    const ProtobufCMethodDescriptor *method;
+} dispatch_call;
+
+/* What one request carried, for the checks and the audit. */
+typedef struct dispatch_request {
+    Buzz__Backfill__V1__RequestEnvelope *env;
+    const dispatch_service *svc;
+    unsigned method_index;
+    const srv_method_policy *policy;
+    ProtobufCMessage *input;
+    char audit_id[DISPATCH_AUDIT_ID_MAX + 1];
+    bool echo_request_id;
+} dispatch_request;
+
+/* ---- small helpers ----------------------------------------------------------------------- */
+
+int64_t srv_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t srv_call_remaining_us(const srv_call *call)
+{
+    if (call == NULL || call->deadline_us == 0)
+        return INT64_MAX;
+    return call->deadline_us - srv_now_us();
+}
+
+static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
+{
+    if (ctx == NULL || ctx->engine_cfg.log == NULL)
+        return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ctx->engine_cfg.log(ctx->engine_cfg.log_arg, level, buf);
+}
+
+/* Make dst (cap bytes) client-safe text: control characters become '?', and when the text was
+ * cut it ends on a UTF-8 character boundary followed by "...". */
+static void dispatch_bound_text(char *dst, size_t cap, bool truncated)
+{
+    size_t n = strlen(dst);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)dst[i] < 0x20 || dst[i] == 0x7f)
+            dst[i] = '?';
+    if (!truncated || cap < 4)
+        return;
+    n = n > cap - 4 ? cap - 4 : n;
+    while (n > 0 && ((unsigned char)dst[n] & 0xc0) == 0x80)
+        n--; /* dst[n] is a continuation byte: back up to the start of its character */
+    memcpy(dst + n, "...", 4);
+}
+
+void srv_call_status(srv_call *call, srv_code code, const char *message, const char *detail_fmt,
+                     ...)
+{
+    if (call == NULL)
+        return;
+    call->code = code;
+    size_t len = message ? strlen(message) : 0;
+    size_t cap = sizeof call->message;
+    memcpy(call->message, message ? message : "", len < cap ? len + 1 : cap - 1);
+    call->message[cap - 1] = '\0';
+    dispatch_bound_text(call->message, cap, len >= cap);
+    call->detail[0] = '\0';
+    if (detail_fmt != NULL) {
+        va_list ap;
+        va_start(ap, detail_fmt);
+        int n = vsnprintf(call->detail, sizeof call->detail, detail_fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            call->detail[0] = '\0';
+        dispatch_bound_text(call->detail, sizeof call->detail, n >= (int)sizeof call->detail);
+    }
+}
+
+/* ---- dispatcher -------------------------------------------------------------------------- */
+
+bf_err srv_dispatcher_new(srv_dispatcher **out, srv_context *ctx)
+{
+    if (out == NULL || ctx == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    srv_dispatcher *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return BF_ERR_NOMEM;
+    d->ctx = ctx;
+    *out = d;
+    return BF_OK;
+}
+
+void srv_dispatcher_free(srv_dispatcher *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->n_services; i++)
+        free(d->services[i].policies);
+    free(d);
+}
+
+bf_err srv_dispatcher_add(srv_dispatcher *d, ProtobufCService *service,
+                          const srv_method_policy *policies)
+{
+    if (d == NULL || service == NULL || service->descriptor == NULL || service->invoke == NULL ||
+        policies == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    const ProtobufCServiceDescriptor *desc = service->descriptor;
+    if (desc->n_methods == 0 || d->n_services == DISPATCH_MAX_SERVICES)
+        return BF_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < d->n_services; i++)
+        if (strcmp(d->services[i].service->descriptor->name, desc->name) == 0)
+            return BF_ERR_INVALID_ARGUMENT; /* one implementation per service */
+    srv_method_policy *copy = calloc(desc->n_methods, sizeof *copy);
+    if (copy == NULL)
+        return BF_ERR_NOMEM;
+    memcpy(copy, policies, desc->n_methods * sizeof *copy);
+    d->services[d->n_services].service = service;
+    d->services[d->n_services].policies = copy;
+    d->n_services++;
+    return BF_OK;
+}
+
+/* "<service full name>.<method>" -> service and method index. */
+static bool dispatch_lookup(const srv_dispatcher *d, const char *method,
+                            const dispatch_service **svc_out, unsigned *index_out)
+{
+    if (method == NULL)
+        return false;
+    const char *dot = strrchr(method, '.');
+    if (dot == NULL || dot == method)
+        return false;
+    size_t prefix = (size_t)(dot - method);
+    for (size_t i = 0; i < d->n_services; i++) {
+        const ProtobufCServiceDescriptor *desc = d->services[i].service->descriptor;
+        if (strlen(desc->name) != prefix || memcmp(desc->name, method, prefix) != 0)
+            continue;
+        const ProtobufCMethodDescriptor *m =
+            protobuf_c_service_descriptor_get_method_by_name(desc, dot + 1);
+        if (m == NULL)
+            return false;
+        *svc_out = &d->services[i];
+        *index_out = (unsigned)(m - desc->methods);
+        return true;
+    }
+    return false;
+}
+
+/* The body's "id" string field, bounded and reduced to printable ASCII, for the audit. */
+static void dispatch_body_id(const ProtobufCMessage *msg, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (msg == NULL)
+        return;
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, "id");
+    if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+        return;
+    const char *s = *(const char *const *)(const void *)((const char *)msg + f->offset);
+    if (s == NULL)
+        return;
+    size_t n = 0;
+    for (; s[n] != '\0' && n + 1 < cap; n++)
+        out[n] = (s[n] >= 0x20 && s[n] < 0x7f) ? s[n] : '?';
+    out[n] = '\0';
+}
+
+static const char *dispatch_cap_name(uint32_t bit)
+{
+    switch (bit) {
+    case SRV_CAP_READ:
+        return "read";
+    case SRV_CAP_CONTROL:
+        return "control";
+    case SRV_CAP_VALIDATE:
+        return "validate";
+    case SRV_CAP_READINESS:
+        return "readiness";
+    default:
+        return "unknown";
+    }
+}
+
+/* Record a rejected attempt of an audited method. who may be NULL (not authenticated). */
+static void dispatch_audit(srv_dispatcher *d, dispatch_call *dc, const dispatch_request *req,
+                           const srv_identity *who, bf_err err, const char *outcome)
+{
+    if (req->policy == NULL || !req->policy->audited)
+        return;
+    srv_call *call = &dc->call;
+    char action[24];
+    size_t i = 0;
+    for (const char *p = dc->method->name; *p != '\0' && i + 1 < sizeof action; p++, i++)
+        action[i] = (*p >= 'A' && *p <= 'Z') ? (char)(*p - 'A' + 'a') : *p;
+    action[i] = '\0';
+    char authority[BF_ACTOR_MAX];
+    bf_actor actor = {.request_id = call->request_id[0] ? call->request_id : NULL};
+    if (who != NULL && who->authenticated) {
+        actor.actor = who->actor[0] ? who->actor : NULL;
+        actor.authority = who->authority;
+    } else if (call->peer->has_uid) {
+        snprintf(authority, sizeof authority, "unauthenticated %s uid=%u", call->peer->listener,
+                 (unsigned)call->peer->uid);
+        actor.authority = authority;
+    } else {
+        snprintf(authority, sizeof authority, "unauthenticated %s",
+                 call->peer->listener ? call->peer->listener : "unknown");
+        actor.authority = authority;
+    }
+    bf_engine *engine = NULL;
+    bf_err rc = srv_session_engine(call->session, &engine);
+    if (rc == BF_OK)
+        rc = bf_audit_rejection(engine, action, req->audit_id[0] ? req->audit_id : NULL, &actor,
+                                err, outcome);
+    if (rc != BF_OK)
+        dispatch_log(d->ctx, BF_LOG_ERROR, "could not audit rejected %s (%s): %s", action,
+                     bf_err_str(err), bf_err_str(rc));
+}
+
+/* The protoc-c closure: pack the handler's message into call->body. */
+static void dispatch_closure(const ProtobufCMessage *msg, void *closure_data)
+{
+    dispatch_call *dc = closure_data;
+    srv_call *call = &dc->call;
+    if (call->closed)
+        return; /* a second answer is ignored */
+    call->closed = true;
+    if (msg == NULL) {
+        if (call->code == SC(OK))
+            srv_call_status(call, SC(INTERNAL), "internal error", "the handler gave no answer");
+        return;
+    }
+    if (msg->descriptor != dc->method->output) {
+        srv_call_status(call, SC(INTERNAL), "internal error", NULL);
+        return;
+    }
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    if (len > DISPATCH_MAX_BODY) {
+        srv_call_status(call, SC(RESOURCE_EXHAUSTED), "response too large",
+                        "ask for a smaller page");
+        return;
+    }
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        srv_call_status(call, SC(RESOURCE_EXHAUSTED), "out of memory", NULL);
+        return;
+    }
+    call->body_len = protobuf_c_message_pack(msg, buf);
+    call->body = buf;
+}
+
+/* Reject with a status; audited methods also get an audit row. */
+static void dispatch_reject(srv_dispatcher *d, dispatch_call *dc, const dispatch_request *req,
+                            const srv_identity *who, bf_err err, const char *message,
+                            const char *detail)
+{
+    if (detail != NULL)
+        srv_call_status(&dc->call, srv_code_from_err(err), message, "%s", detail);
+    else
+        srv_call_status(&dc->call, srv_code_from_err(err), message, NULL);
+    dispatch_audit(d, dc, req, who, err, detail ? detail : message);
+}
+
+/* Every check, then the handler. Leaves the outcome in dc->call. */
+static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request *req,
+                         srv_identity *who, const uint8_t *in, size_t in_len, int64_t received_us)
+{
+    srv_call *call = &dc->call;
+    if (in_len > SRV_MAX_MESSAGE) {
+        srv_call_status(call, SC(RESOURCE_EXHAUSTED), "message too large",
+                        "a request may be at most %d bytes", SRV_MAX_MESSAGE);
+        return;
+    }
+    req->env = buzz__backfill__v1__request_envelope__unpack(NULL, in_len, in);
+    if (req->env == NULL) {
+        srv_call_status(call, SC(INVALID_ARGUMENT), "malformed envelope", NULL);
+        return;
+    }
+    Buzz__Backfill__V1__RequestEnvelope *env = req->env;
+    bool id_ok = !env->has_request_id || env->request_id.len == DISPATCH_REQUEST_ID_LEN;
+    if (env->has_request_id && id_ok) {
+        sodium_bin2hex(call->request_id, sizeof call->request_id, env->request_id.data,
+                       env->request_id.len);
+        req->echo_request_id = true;
+    }
+    if (!dispatch_lookup(d, env->method, &req->svc, &req->method_index) ||
+        strlen(env->method) >= sizeof call->method) {
+        srv_call_status(call, SC(UNIMPLEMENTED), "unknown method", NULL);
+        return;
+    }
+    snprintf(call->method, sizeof call->method, "%s", env->method);
+    dc->method = &req->svc->service->descriptor->methods[req->method_index];
+    req->policy = &req->svc->policies[req->method_index];
+
+    /* decoded early only to name the stable ID in an audit row; judged after auth */
+    req->input =
+        protobuf_c_message_unpack(dc->method->input, NULL, env->has_body ? env->body.len : 0,
+                                  env->has_body ? env->body.data : NULL);
+    dispatch_body_id(req->input, req->audit_id, sizeof req->audit_id);
+
+    char diag[160] = "";
+    bf_err err = BF_ERR_UNAUTHENTICATED;
+    if (d->ctx->auth != NULL)
+        err = srv_auth_authenticate(d->ctx->auth, env->token, call->peer, who, diag, sizeof diag);
+    else
+        snprintf(diag, sizeof diag, "no authenticator configured");
+    if (err != BF_OK || !who->authenticated) {
+        if (err == BF_ERR_NOMEM || err == BF_ERR_INTERNAL) {
+            dispatch_log(d->ctx, BF_LOG_ERROR, "authentication failed: %s", bf_err_str(err));
+            dispatch_reject(d, dc, req, NULL, err, bf_err_str(err), NULL);
+            return;
+        }
+        dispatch_reject(d, dc, req, NULL, BF_ERR_UNAUTHENTICATED, "unauthenticated",
+                        diag[0] ? diag : NULL);
+        return;
+    }
+    call->who = who;
+    if (srv_auth_authorize(who, req->policy->caps) != BF_OK) {
+        char detail[96] = "missing capability:";
+        uint32_t missing = req->policy->caps & ~who->caps;
+        for (uint32_t bit = 1; bit != 0 && missing != 0; bit <<= 1)
+            if (missing & bit) {
+                strncat(detail, " ", sizeof detail - strlen(detail) - 1);
+                strncat(detail, dispatch_cap_name(bit), sizeof detail - strlen(detail) - 1);
+                missing &= ~bit;
+            }
+        dispatch_reject(d, dc, req, who, BF_ERR_PERMISSION_DENIED, "permission denied", detail);
+        return;
+    }
+    if (!id_ok) {
+        dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "invalid request id",
+                        "a request id is 16 bytes");
+        return;
+    }
+    if (req->input == NULL) {
+        dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "malformed request body", NULL);
+        return;
+    }
+    if (env->has_deadline_ms) {
+        call->deadline_us = received_us + (int64_t)env->deadline_ms * 1000;
+        if (call->deadline_us == 0)
+            call->deadline_us = -1; /* 0 means "none" */
+        if (srv_call_remaining_us(call) <= 0) {
+            srv_call_status(call, SC(DEADLINE_EXCEEDED), "deadline exceeded", NULL);
+            dispatch_audit(d, dc, req, who, BF_ERR_TIMEOUT, "deadline exceeded before handling");
+            return;
+        }
+    }
+    ProtobufCService *service = req->svc->service;
+    service->invoke(service, req->method_index, req->input, dispatch_closure, dc);
+    if (!call->closed)
+        dispatch_closure(NULL, dc);
+    if (call->deadline_us != 0 && srv_call_remaining_us(call) <= 0 &&
+        call->code != SC(DEADLINE_EXCEEDED)) {
+        srv_call_status(call, SC(DEADLINE_EXCEEDED), "deadline exceeded",
+                        req->policy->audited ? "the request may have taken effect: retry it "
+                                               "with the same request id to learn its outcome"
+                                             : NULL);
+    }
+}
+
+static bf_err dispatch_encode(const dispatch_call *dc, const dispatch_request *req, uint8_t **out,
+                              size_t *out_len)
+{
+    const srv_call *call = &dc->call;
+    Buzz__Backfill__V1__Status status = BUZZ__BACKFILL__V1__STATUS__INIT;
+    status.code = call->code;
+    status.message = call->message[0] ? (char *)call->message : NULL;
+    status.detail = call->detail[0] ? (char *)call->detail : NULL;
+    Buzz__Backfill__V1__ResponseEnvelope resp = BUZZ__BACKFILL__V1__RESPONSE_ENVELOPE__INIT;
+    resp.status = &status;
+    if (call->body != NULL && (call->code == SC(OK) || call->code == SC(FAILED_PRECONDITION))) {
+        resp.has_body = true;
+        resp.body.data = call->body;
+        resp.body.len = call->body_len;
+    }
+    if (req->echo_request_id) {
+        resp.has_request_id = true;
+        resp.request_id = req->env->request_id;
+    }
+    size_t len = buzz__backfill__v1__response_envelope__get_packed_size(&resp);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return BF_ERR_NOMEM;
+    *out_len = buzz__backfill__v1__response_envelope__pack(&resp, buf);
+    *out = buf;
+    return BF_OK;
+}
+
+bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
+                    const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
+                    size_t *out_len)
+{
+    if (d == NULL || session == NULL || peer == NULL || out == NULL || out_len == NULL ||
+        (in == NULL && in_len > 0))
+        return BF_ERR_INVALID_ARGUMENT;
+    dispatch_call dc;
+    memset(&dc, 0, sizeof dc);
+    dc.call.session = session;
+    dc.call.peer = peer;
+    dc.call.code = SC(OK);
+    dispatch_request req;
+    memset(&req, 0, sizeof req);
+    srv_identity who;
+    memset(&who, 0, sizeof who);
+
+    dispatch_run(d, &dc, &req, &who, in, in_len, received_us);
+    bf_err err = dispatch_encode(&dc, &req, out, out_len);
+
+    if (req.input != NULL)
+        protobuf_c_message_free_unpacked(req.input, NULL);
+    if (req.env != NULL)
+        buzz__backfill__v1__request_envelope__free_unpacked(req.env, NULL);
+    free(dc.call.body);
+    sodium_memzero(&who, sizeof who);
+    return err;
+}

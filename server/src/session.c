@@ -1,0 +1,27 @@
+/*
+ * session.c - the engine session of one transport thread: opened lazily from the context's
+ * engine template on first use, reopened on the next use after it was closed (set to NULL by
+ * its owner after an error). The engine reconnects a lost connection by itself, so a session
+ * that is open stays open.
+ */
+#include "srv.h"
+
+bf_err srv_session_engine(srv_session *s, bf_engine **out)
+{
+    if (s == NULL || out == NULL || s->ctx == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (s->engine == NULL) {
+        /* no database configured (tools, fuzzers): fail fast, never block */
+        if (s->ctx->conninfo == NULL)
+            return BF_ERR_UNAVAILABLE;
+        bf_config cfg = s->ctx->engine_cfg;
+        cfg.conninfo = s->ctx->conninfo;
+        bf_engine *engine = NULL;
+        bf_err err = bf_engine_open(&engine, &cfg, s->ctx->registry);
+        if (err != BF_OK)
+            return err;
+        s->engine = engine;
+    }
+    *out = s->engine;
+    return BF_OK;
+}

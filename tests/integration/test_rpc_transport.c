@@ -1,0 +1,975 @@
+/*
+ * test_rpc_transport.c - the RPC core over real nng sockets: the dispatcher (envelope, size
+ * limit, method lookup, authentication before any handler, request ID, body, deadline, status
+ * and body encoding), the REP transport (ipc:// with its socket mode and peer uid, tcp://,
+ * tls+tcp://, a pool of concurrently served contexts, a clean stop that finishes the request in
+ * flight) and the client library (generated stubs as the API, typed status, request IDs reused
+ * verbatim on retry, local size limit).
+ *
+ * A stub Readiness service (the real descriptor, with a Check handler written here) is the only
+ * registered service, so no PostgreSQL is needed. Authentication is the real srv_auth: an ipc
+ * boundary, and a trusted key generated here whose tokens are minted with buzz-token. TLS uses a
+ * self-signed certificate made with the openssl CLI at run time; without openssl the TLS test is
+ * skipped.
+ *
+ * Concurrency is proved with a barrier in the handler (the first handler waits until a second
+ * is inside), never with sleeps. The retry test relies on the client's attempt timeout (the
+ * first handler answers only after the retry has arrived).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "buzz/client.h"
+#include "buzz/token.h"
+#include "srv.h"
+#include "transport.h"
+
+#define SC(name)     BUZZ__BACKFILL__V1__STATUS_CODE__##name
+#define CHECK_METHOD "buzz.backfill.v1.Readiness.Check"
+#define AUDIENCE     "rpc-test"
+#define N_CLIENTS    8
+#define WAIT_LIMIT_S 10
+
+/* ---- the stub service ---------------------------------------------------------------------- */
+
+typedef enum stub_mode {
+    STUB_ECHO,      /* answer at once */
+    STUB_BARRIER,   /* wait until a second handler has been inside at the same time */
+    STUB_RETRY,     /* the first delivery of an ID waits until it is delivered again */
+    STUB_HOLD,      /* wait until released */
+    STUB_CONFLICT,  /* FAILED_PRECONDITION with a body */
+    STUB_NOT_FOUND, /* NOT_FOUND, passing a body that must not travel */
+} stub_mode;
+
+static struct {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    stub_mode mode;
+    int calls;
+    int inside, max_inside;
+    bool timed_out;
+    char ids[8][BF_REQUEST_ID_MAX];
+    int n_ids;
+    int64_t remaining_us;
+    bool held, release;
+} stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void stub_reset(stub_mode mode)
+{
+    pthread_mutex_lock(&stub.mtx);
+    stub.mode = mode;
+    stub.calls = 0;
+    stub.inside = stub.max_inside = 0;
+    stub.timed_out = false;
+    stub.n_ids = 0;
+    stub.remaining_us = 0;
+    stub.held = stub.release = false;
+    pthread_mutex_unlock(&stub.mtx);
+}
+
+static int stub_calls(void)
+{
+    pthread_mutex_lock(&stub.mtx);
+    int n = stub.calls;
+    pthread_mutex_unlock(&stub.mtx);
+    return n;
+}
+
+/* Wait on stub.cond (mutex held) until *flag-like predicate; false after WAIT_LIMIT_S. */
+static bool stub_wait(struct timespec *until)
+{
+    return pthread_cond_timedwait(&stub.cond, &stub.mtx, until) != ETIMEDOUT;
+}
+
+static struct timespec stub_deadline(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += WAIT_LIMIT_S;
+    return ts;
+}
+
+static int stub_id_count(const char *id)
+{
+    int n = 0;
+    for (int i = 0; i < stub.n_ids; i++)
+        n += strcmp(stub.ids[i], id) == 0;
+    return n;
+}
+
+static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
+                       const Buzz__Backfill__V1__CheckRequest *input,
+                       Buzz__Backfill__V1__CheckResponse_Closure closure, void *closure_data)
+{
+    (void)service;
+    (void)input;
+    srv_call *call = SRV_CALL(closure_data);
+    char reason[400];
+    snprintf(reason, sizeof reason, "%s|%s|%s", call->peer->listener,
+             call->who ? call->who->authority : "", call->request_id);
+    Buzz__Backfill__V1__Component comp = BUZZ__BACKFILL__V1__COMPONENT__INIT;
+    Buzz__Backfill__V1__Component *comps[] = {&comp};
+    comp.name = "peer";
+    comp.reason = reason;
+    Buzz__Backfill__V1__CheckResponse resp = BUZZ__BACKFILL__V1__CHECK_RESPONSE__INIT;
+    resp.has_ready = true;
+    resp.ready = true;
+    resp.n_components = 1;
+    resp.components = comps;
+
+    pthread_mutex_lock(&stub.mtx);
+    stub.calls++;
+    stub.remaining_us = srv_call_remaining_us(call);
+    if (stub.n_ids < 8)
+        snprintf(stub.ids[stub.n_ids++], BF_REQUEST_ID_MAX, "%s", call->request_id);
+    struct timespec until = stub_deadline();
+    switch (stub.mode) {
+    case STUB_BARRIER:
+        stub.inside++;
+        if (stub.inside > stub.max_inside)
+            stub.max_inside = stub.inside;
+        pthread_cond_broadcast(&stub.cond);
+        while (stub.max_inside < 2 && !stub.timed_out)
+            if (!stub_wait(&until))
+                stub.timed_out = true;
+        stub.inside--;
+        break;
+    case STUB_RETRY:
+        pthread_cond_broadcast(&stub.cond);
+        if (stub_id_count(call->request_id) == 1)
+            while (stub_id_count(call->request_id) < 2 && !stub.timed_out)
+                if (!stub_wait(&until))
+                    stub.timed_out = true;
+        break;
+    case STUB_HOLD:
+        stub.held = true;
+        pthread_cond_broadcast(&stub.cond);
+        while (!stub.release && !stub.timed_out)
+            if (!stub_wait(&until))
+                stub.timed_out = true;
+        break;
+    case STUB_CONFLICT:
+        srv_call_status(call, SC(FAILED_PRECONDITION), "conflict", "current state attached");
+        break;
+    case STUB_NOT_FOUND:
+        srv_call_status(call, SC(NOT_FOUND), "backfill not found", NULL);
+        break;
+    case STUB_ECHO:
+        break;
+    }
+    pthread_mutex_unlock(&stub.mtx);
+    closure(&resp, closure_data);
+}
+
+static Buzz__Backfill__V1__Readiness_Service stub_service =
+    BUZZ__BACKFILL__V1__READINESS__INIT(stub_);
+static const srv_method_policy stub_policies[] = {{.caps = SRV_CAP_READINESS, .audited = false}};
+
+/* ---- fixture ------------------------------------------------------------------------------- */
+
+static char dir[64];
+static char ipc_path[128], ipc_url[160], tcp_url[64], tls_url[64];
+static char cert_file[128], key_file[128];
+static bool have_tls;
+static char token_ok[BFT_TOKEN_MAX + 1], token_read_only[BFT_TOKEN_MAX + 1];
+static srv_auth *auth;
+static srv_context ctx;
+static srv_dispatcher *disp;
+static srv_transport *tp;
+
+static void mint(char *out, size_t len, const bft_secret *secret, uint32_t caps)
+{
+    bft_claims claims;
+    memset(&claims, 0, sizeof claims);
+    bft_token_id_new(claims.token_id);
+    snprintf(claims.actor, sizeof claims.actor, "rpc-tester");
+    snprintf(claims.audience, sizeof claims.audience, AUDIENCE);
+    claims.caps = caps;
+    claims.expires_at = bft_now() + 3600;
+    assert_int_equal(bft_mint(out, len, &claims, secret), BF_OK);
+}
+
+static bool make_certificate(void)
+{
+    if (system("command -v openssl >/dev/null 2>&1") != 0)
+        return false;
+    snprintf(cert_file, sizeof cert_file, "%s/cert.pem", dir);
+    snprintf(key_file, sizeof key_file, "%s/key.pem", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+             "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+             "-keyout %s -out %s >/dev/null 2>&1",
+             key_file, cert_file);
+    return system(cmd) == 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/buzz-rpc-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    have_tls = make_certificate();
+
+    char diag[256] = "", keys[128];
+    bft_secret *secret = NULL;
+    assert_int_equal(bft_keygen(&secret, "k1"), BF_OK);
+    snprintf(keys, sizeof keys, "%s/trusted.pub", dir);
+    assert_int_equal(bft_public_save(secret, keys, diag, sizeof diag), BF_OK);
+    mint(token_ok, sizeof token_ok, secret, BFT_CAP_READINESS);
+    mint(token_read_only, sizeof token_read_only, secret, BFT_CAP_READ);
+    bft_secret_free(secret);
+
+    srv_auth_config acfg = {.audience = AUDIENCE, .trusted_keys_file = keys, .ipc_boundary = true};
+    bf_err err = srv_auth_new(&auth, &acfg, diag, sizeof diag);
+    if (err != BF_OK)
+        fail_msg("srv_auth_new: %s: %s", bf_err_str(err), diag);
+    ctx.auth = auth;
+    ctx.conninfo = NULL; /* no database: nothing here reaches the engine */
+    assert_int_equal(srv_dispatcher_new(&disp, &ctx), BF_OK);
+    assert_int_equal(srv_dispatcher_add(disp, &stub_service.base, stub_policies), BF_OK);
+
+    snprintf(ipc_path, sizeof ipc_path, "%s/rpc.sock", dir);
+    snprintf(ipc_url, sizeof ipc_url, "ipc://%s", ipc_path);
+    const char *urls[] = {ipc_url, "tcp://127.0.0.1:0", "tls+tcp://127.0.0.1:0"};
+    srv_transport_config tcfg = {.urls = urls,
+                                 .n_urls = have_tls ? 3 : 2,
+                                 .threads = N_CLIENTS,
+                                 .tls_cert_file = cert_file,
+                                 .tls_key_file = key_file};
+    err = srv_transport_new(&tp, disp, &ctx, &tcfg, diag, sizeof diag);
+    if (err == BF_OK)
+        err = srv_transport_start(tp, diag, sizeof diag);
+    if (err != BF_OK)
+        fail_msg("transport: %s: %s", bf_err_str(err), diag);
+    int port = 0;
+    assert_int_equal(srv_transport_bound_port(tp, 1, &port), BF_OK);
+    snprintf(tcp_url, sizeof tcp_url, "tcp://127.0.0.1:%d", port);
+    if (have_tls) {
+        assert_int_equal(srv_transport_bound_port(tp, 2, &port), BF_OK);
+        snprintf(tls_url, sizeof tls_url, "tls+tcp://127.0.0.1:%d", port);
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    srv_transport_free(tp);
+    srv_dispatcher_free(disp);
+    srv_auth_free(auth);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static bfc_client *client_open(const char *url, const char *token, int timeout_ms, int retries)
+{
+    bfc_options o = {.token = token, .timeout_ms = timeout_ms, .retries = retries};
+    if (strncmp(url, "tls+tcp://", 10) == 0) {
+        o.tls_ca_file = cert_file;
+        o.tls_server_name = "localhost";
+    }
+    bfc_client *c = NULL;
+    char diag[256] = "";
+    bf_err err = bfc_open(&c, url, &o, diag, sizeof diag);
+    if (err != BF_OK)
+        fail_msg("bfc_open %s: %s: %s", url, bf_err_str(err), diag);
+    return c;
+}
+
+typedef struct check_result {
+    bool called;
+    bool got;
+    char reason[400];
+} check_result;
+
+static void on_check(const Buzz__Backfill__V1__CheckResponse *msg, void *data)
+{
+    check_result *r = data;
+    r->called = true;
+    if (msg == NULL)
+        return;
+    r->got = msg->has_ready && msg->ready;
+    if (msg->n_components == 1 && msg->components[0]->reason != NULL)
+        snprintf(r->reason, sizeof r->reason, "%s", msg->components[0]->reason);
+}
+
+/* One Check through the generated stub. */
+static check_result stub_round_trip(bfc_client *c)
+{
+    check_result r;
+    memset(&r, 0, sizeof r);
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    buzz__backfill__v1__readiness__check(bfc_readiness(c), &req, on_check, &r);
+    assert_true(r.called);
+    return r;
+}
+
+typedef struct raw_reply {
+    int rv; /* nng result of the receive */
+    int code;
+    char message[256];
+    bool has_body;
+    bool has_request_id;
+    size_t request_id_len;
+} raw_reply;
+
+/* Send bytes on a bare REQ socket (no resend) and decode the answer. */
+static raw_reply raw_send(const char *url, const void *buf, size_t len, int timeout_ms)
+{
+    raw_reply r;
+    memset(&r, 0, sizeof r);
+    nng_socket s;
+    assert_int_equal(nng_req0_open(&s), 0);
+    assert_int_equal(nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
+    assert_int_equal(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms), 0);
+    assert_int_equal(nng_dial(s, url, NULL, 0), 0);
+    nng_msg *m = NULL;
+    assert_int_equal(nng_msg_alloc(&m, 0), 0);
+    assert_int_equal(nng_msg_append(m, buf, len), 0);
+    assert_int_equal(nng_sendmsg(s, m, 0), 0);
+    r.rv = nng_recvmsg(s, &m, 0);
+    if (r.rv == 0) {
+        Buzz__Backfill__V1__ResponseEnvelope *e =
+            buzz__backfill__v1__response_envelope__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+        assert_non_null(e);
+        assert_non_null(e->status);
+        r.code = e->status->code;
+        snprintf(r.message, sizeof r.message, "%s", e->status->message ? e->status->message : "");
+        r.has_body = e->has_body;
+        r.has_request_id = e->has_request_id;
+        r.request_id_len = e->request_id.len;
+        buzz__backfill__v1__response_envelope__free_unpacked(e, NULL);
+        nng_msg_free(m);
+    }
+    nng_close(s);
+    return r;
+}
+
+typedef struct env_spec {
+    const char *method;
+    const uint8_t *request_id;
+    size_t request_id_len;
+    const char *token;
+    const uint8_t *body;
+    size_t body_len;
+    bool has_body;
+    bool has_deadline;
+    uint32_t deadline_ms;
+} env_spec;
+
+static uint8_t *env_pack(const env_spec *spec, size_t *len_out)
+{
+    Buzz__Backfill__V1__RequestEnvelope env = BUZZ__BACKFILL__V1__REQUEST_ENVELOPE__INIT;
+    env.method = (char *)spec->method;
+    if (spec->request_id != NULL) {
+        env.has_request_id = true;
+        env.request_id.data = (uint8_t *)spec->request_id;
+        env.request_id.len = spec->request_id_len;
+    }
+    env.token = (char *)spec->token;
+    env.has_body = spec->has_body;
+    env.body.data = (uint8_t *)spec->body;
+    env.body.len = spec->body_len;
+    env.has_deadline_ms = spec->has_deadline;
+    env.deadline_ms = spec->deadline_ms;
+    size_t len = buzz__backfill__v1__request_envelope__get_packed_size(&env);
+    uint8_t *buf = malloc(len ? len : 1);
+    assert_non_null(buf);
+    *len_out = buzz__backfill__v1__request_envelope__pack(&env, buf);
+    return buf;
+}
+
+static raw_reply raw_envelope(const char *url, const env_spec *spec)
+{
+    size_t len = 0;
+    uint8_t *buf = env_pack(spec, &len);
+    raw_reply r = raw_send(url, buf, len, 5000);
+    free(buf);
+    return r;
+}
+
+/* A CheckRequest padded with an unknown length-delimited field of pad bytes. protobuf-c keeps
+ * an unknown field's bytes after the tag as they are, length prefix included. */
+static uint8_t *padded_check(size_t pad, size_t *len_out)
+{
+    uint8_t *data = calloc(pad + 10, 1);
+    assert_non_null(data);
+    size_t n = 0;
+    for (size_t v = pad;; v >>= 7) {
+        data[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            break;
+    }
+    ProtobufCMessageUnknownField field = {
+        .tag = 15, .wire_type = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, .len = n + pad, .data = data};
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    req.base.n_unknown_fields = 1;
+    req.base.unknown_fields = &field;
+    size_t len = buzz__backfill__v1__check_request__get_packed_size(&req);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    *len_out = buzz__backfill__v1__check_request__pack(&req, buf);
+    free(data);
+    return buf;
+}
+
+/* An ipc Check envelope of exactly total bytes. */
+static uint8_t *envelope_of_size(size_t total, size_t *len_out)
+{
+    static const uint8_t id[16] = {1};
+    size_t pad = total > 64 ? total - 64 : 0;
+    for (int i = 0; i < 16; i++) {
+        size_t body_len = 0;
+        uint8_t *body = padded_check(pad, &body_len);
+        env_spec spec = {.method = CHECK_METHOD,
+                         .request_id = id,
+                         .request_id_len = 16,
+                         .body = body,
+                         .body_len = body_len,
+                         .has_body = true};
+        size_t len = 0;
+        uint8_t *buf = env_pack(&spec, &len);
+        free(body);
+        if (len == total) {
+            *len_out = len;
+            return buf;
+        }
+        free(buf);
+        pad = len > total ? pad - (len - total) : pad + (total - len);
+    }
+    fail_msg("could not build an envelope of %zu bytes", total);
+    return NULL;
+}
+
+/* ---- round trips --------------------------------------------------------------------------- */
+
+/* ipc://: the boundary authority names the kernel's peer uid; socket file mode 0600. */
+static void test_round_trip_ipc(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    bfc_client *c = client_open(ipc_url, NULL, 5000, 0);
+    check_result r = stub_round_trip(c);
+    const bfc_status *st = bfc_last_status(c);
+    assert_true(st->answered);
+    assert_int_equal(st->transport, BF_OK);
+    assert_int_equal(st->code, SC(OK));
+    assert_true(st->has_body);
+    assert_true(st->request_id_echoed);
+    assert_int_equal(st->attempts, 1);
+    assert_true(r.got);
+    char want[400];
+    snprintf(want, sizeof want, "ipc|ipc uid=%u|%s", (unsigned)getuid(), st->request_id);
+    assert_string_equal(r.reason, want);
+    bfc_close(c);
+
+    struct stat sb;
+    assert_int_equal(stat(ipc_path, &sb), 0);
+    assert_true(S_ISSOCK(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0600);
+}
+
+/* tcp://: a token authenticates; no boundary authority off ipc; capabilities are enforced
+ * before the handler runs. */
+static void test_round_trip_tcp(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    bfc_client *c = client_open(tcp_url, token_ok, 5000, 0);
+    check_result r = stub_round_trip(c);
+    const bfc_status *st = bfc_last_status(c);
+    assert_int_equal(st->code, SC(OK));
+    char want[400];
+    snprintf(want, sizeof want, "tcp|token kid=k1|%s", st->request_id);
+    assert_string_equal(r.reason, want);
+    bfc_close(c);
+    assert_int_equal(stub_calls(), 1);
+
+    /* no token on tcp: the ipc boundary does not apply */
+    c = client_open(tcp_url, NULL, 5000, 0);
+    r = stub_round_trip(c);
+    st = bfc_last_status(c);
+    assert_false(r.got);
+    assert_true(st->answered);
+    assert_int_equal(st->code, SC(UNAUTHENTICATED));
+    assert_string_equal(st->message, "unauthenticated");
+    assert_false(st->has_body);
+    /* the synchronous form maps the code */
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    bfc_status copy;
+    assert_int_equal(
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &copy),
+        BF_ERR_UNAUTHENTICATED);
+    assert_null(out);
+    assert_int_equal(copy.code, SC(UNAUTHENTICATED));
+    bfc_close(c);
+
+    /* a valid token without the readiness capability */
+    c = client_open(tcp_url, token_read_only, 5000, 0);
+    r = stub_round_trip(c);
+    st = bfc_last_status(c);
+    assert_int_equal(st->code, SC(PERMISSION_DENIED));
+    assert_string_equal(st->message, "permission denied");
+    assert_non_null(strstr(st->detail, "readiness"));
+    assert_false(st->has_body);
+    bfc_close(c);
+    assert_int_equal(stub_calls(), 1); /* no handler ran for the rejected calls */
+}
+
+/* tls+tcp:// with a certificate verified against the self-signed CA. */
+static void test_round_trip_tls(void **state)
+{
+    (void)state;
+    if (!have_tls) {
+        print_message("openssl CLI not available: cannot make a test certificate\n");
+        skip();
+    }
+    stub_reset(STUB_ECHO);
+    bfc_client *c = client_open(tls_url, token_ok, 5000, 0);
+    check_result r = stub_round_trip(c);
+    const bfc_status *st = bfc_last_status(c);
+    assert_int_equal(st->code, SC(OK));
+    char want[400];
+    snprintf(want, sizeof want, "tls|token kid=k1|%s", st->request_id);
+    assert_string_equal(r.reason, want);
+    bfc_close(c);
+
+    /* a server name the certificate does not carry fails verification */
+    bfc_options o = {.token = token_ok,
+                     .timeout_ms = 3000,
+                     .tls_ca_file = cert_file,
+                     .tls_server_name = "not-this-host"};
+    char diag[256];
+    c = NULL;
+    assert_int_equal(bfc_open(&c, tls_url, &o, diag, sizeof diag), BF_ERR_UNAVAILABLE);
+    assert_null(c);
+    /* and a tls client without a CA is refused locally */
+    o.tls_ca_file = NULL;
+    assert_int_equal(bfc_open(&c, tls_url, &o, diag, sizeof diag), BF_ERR_INVALID_ARGUMENT);
+}
+
+/* ---- limits and malformed input ------------------------------------------------------------ */
+
+/* Exactly SRV_MAX_MESSAGE is served; one byte more gets RESOURCE_EXHAUSTED from the dispatcher;
+ * far beyond the cap nng drops the connection without an answer; the server keeps serving;
+ * the client refuses an oversized request before sending it. */
+static void test_oversized(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    size_t len = 0;
+    uint8_t *buf = envelope_of_size(SRV_MAX_MESSAGE, &len);
+    raw_reply r = raw_send(ipc_url, buf, len, 5000);
+    free(buf);
+    assert_int_equal(r.rv, 0);
+    assert_int_equal(r.code, SC(OK));
+    assert_int_equal(stub_calls(), 1);
+
+    buf = envelope_of_size(SRV_MAX_MESSAGE + 1, &len);
+    r = raw_send(ipc_url, buf, len, 5000);
+    free(buf);
+    assert_int_equal(r.rv, 0);
+    assert_int_equal(r.code, SC(RESOURCE_EXHAUSTED));
+    assert_string_equal(r.message, "message too large");
+    assert_false(r.has_body);
+    assert_int_equal(stub_calls(), 1);
+
+    /* beyond the receive cap: nng closes the connection; no answer ever comes */
+    len = 2 * SRV_MAX_MESSAGE;
+    buf = calloc(len, 1);
+    assert_non_null(buf);
+    r = raw_send(tcp_url, buf, len, 1000);
+    free(buf);
+    assert_int_not_equal(r.rv, 0);
+    assert_int_equal(stub_calls(), 1);
+
+    bfc_client *c = client_open(ipc_url, NULL, 5000, 0);
+    check_result ok = stub_round_trip(c);
+    assert_true(ok.got);
+    assert_int_equal(stub_calls(), 2);
+
+    size_t body_len = 0;
+    uint8_t *body = padded_check(SRV_MAX_MESSAGE + 10, &body_len);
+    Buzz__Backfill__V1__CheckRequest *big =
+        buzz__backfill__v1__check_request__unpack(NULL, body_len, body);
+    free(body);
+    assert_non_null(big);
+    assert_int_equal(
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &big->base, NULL, NULL),
+        BF_ERR_RESOURCE_EXHAUSTED);
+    const bfc_status *st = bfc_last_status(c);
+    assert_false(st->answered);
+    assert_int_equal(st->transport, BF_ERR_RESOURCE_EXHAUSTED);
+    assert_int_equal(st->attempts, 0);
+    buzz__backfill__v1__check_request__free_unpacked(big, NULL);
+    bfc_close(c);
+    assert_int_equal(stub_calls(), 2);
+}
+
+static void test_malformed_envelope(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    raw_reply r = raw_send(ipc_url, junk, sizeof junk, 5000);
+    assert_int_equal(r.rv, 0);
+    assert_int_equal(r.code, SC(INVALID_ARGUMENT));
+    assert_string_equal(r.message, "malformed envelope");
+    assert_false(r.has_body);
+    assert_false(r.has_request_id);
+
+    /* a body that is not a CheckRequest (wire type mismatch on field 1) */
+    static const uint8_t id[16] = {7};
+    static const uint8_t bad_body[] = {0x0a, 0x03, 'a', 'b', 'c'};
+    env_spec spec = {.method = CHECK_METHOD,
+                     .request_id = id,
+                     .request_id_len = 16,
+                     .body = bad_body,
+                     .body_len = sizeof bad_body,
+                     .has_body = true};
+    r = raw_envelope(ipc_url, &spec);
+    assert_int_equal(r.code, SC(INVALID_ARGUMENT));
+    assert_string_equal(r.message, "malformed request body");
+    assert_true(r.has_request_id);
+
+    /* a request ID that is not 16 bytes */
+    spec.body = NULL;
+    spec.body_len = 0;
+    spec.has_body = false;
+    spec.request_id_len = 5;
+    r = raw_envelope(ipc_url, &spec);
+    assert_int_equal(r.code, SC(INVALID_ARGUMENT));
+    assert_string_equal(r.message, "invalid request id");
+    assert_false(r.has_request_id);
+    assert_int_equal(stub_calls(), 0);
+}
+
+static void test_unknown_method(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    static const uint8_t id[16] = {9};
+    const char *methods[] = {"buzz.backfill.v1.Readiness.Nope", "buzz.backfill.v1.Admin.Get",
+                             "Check", "", NULL};
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        env_spec spec = {.method = methods[i], .request_id = id, .request_id_len = 16};
+        raw_reply r = raw_envelope(ipc_url, &spec);
+        assert_int_equal(r.rv, 0);
+        assert_int_equal(r.code, SC(UNIMPLEMENTED));
+        assert_string_equal(r.message, "unknown method");
+        assert_true(r.has_request_id);
+        assert_int_equal(r.request_id_len, 16);
+    }
+    assert_int_equal(stub_calls(), 0);
+}
+
+/* A spent budget is refused before the handler; a live one reaches it with the time left. */
+static void test_deadline(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    static const uint8_t id[16] = {3};
+    env_spec spec = {.method = CHECK_METHOD,
+                     .request_id = id,
+                     .request_id_len = 16,
+                     .has_deadline = true,
+                     .deadline_ms = 0};
+    raw_reply r = raw_envelope(ipc_url, &spec);
+    assert_int_equal(r.code, SC(DEADLINE_EXCEEDED));
+    assert_string_equal(r.message, "deadline exceeded");
+    assert_int_equal(stub_calls(), 0);
+
+    spec.deadline_ms = 60000;
+    r = raw_envelope(ipc_url, &spec);
+    assert_int_equal(r.code, SC(OK));
+    assert_int_equal(stub_calls(), 1);
+    pthread_mutex_lock(&stub.mtx);
+    int64_t remaining = stub.remaining_us;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_true(remaining > 0 && remaining <= 60000000);
+
+    /* the client sends its budget: the handler sees at most that */
+    bfc_client *c = client_open(ipc_url, NULL, 4000, 0);
+    stub_round_trip(c);
+    pthread_mutex_lock(&stub.mtx);
+    remaining = stub.remaining_us;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_true(remaining > 0 && remaining <= 4000000);
+    bfc_close(c);
+}
+
+/* ---- status and body ----------------------------------------------------------------------- */
+
+/* FAILED_PRECONDITION carries the handler's body; other failures never do. */
+static void test_status_and_body(void **state)
+{
+    (void)state;
+    bfc_client *c = client_open(ipc_url, NULL, 5000, 0);
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+
+    stub_reset(STUB_CONFLICT);
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    assert_int_equal(
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st),
+        BF_ERR_CONFLICT);
+    assert_non_null(out);
+    assert_int_equal(st.code, SC(FAILED_PRECONDITION));
+    assert_string_equal(st.message, "conflict");
+    assert_string_equal(st.detail, "current state attached");
+    assert_true(st.has_body);
+    assert_true(((Buzz__Backfill__V1__CheckResponse *)out)->ready);
+    protobuf_c_message_free_unpacked(out, NULL);
+
+    stub_reset(STUB_NOT_FOUND);
+    out = NULL;
+    assert_int_equal(
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st),
+        BF_ERR_NOT_FOUND);
+    assert_null(out);
+    assert_int_equal(st.code, SC(NOT_FOUND));
+    assert_false(st.has_body);
+
+    /* an unknown method name is refused by the client before sending */
+    assert_int_equal(
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Nope", &req.base, &out, &st),
+        BF_ERR_INVALID_ARGUMENT);
+    assert_false(st.answered);
+    bfc_close(c);
+}
+
+/* ---- concurrency --------------------------------------------------------------------------- */
+
+typedef struct client_job {
+    int code;
+    bf_err transport;
+} client_job;
+
+static void *client_thread(void *arg)
+{
+    client_job *job = arg;
+    bfc_client *c = NULL;
+    bfc_options o = {.token = token_ok, .timeout_ms = 20000, .retries = -1};
+    job->transport = bfc_open(&c, tcp_url, &o, NULL, 0);
+    if (job->transport != BF_OK)
+        return NULL;
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    bfc_status st;
+    (void)bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, NULL, &st);
+    job->code = st.code;
+    job->transport = st.transport;
+    bfc_close(c);
+    return NULL;
+}
+
+/* 8 clients at once are served, at least two handlers at the same time (barrier). */
+static void test_concurrent_clients(void **state)
+{
+    (void)state;
+    stub_reset(STUB_BARRIER);
+    pthread_t threads[N_CLIENTS];
+    client_job jobs[N_CLIENTS];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < N_CLIENTS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, client_thread, &jobs[i]), 0);
+    for (int i = 0; i < N_CLIENTS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < N_CLIENTS; i++) {
+        assert_int_equal(jobs[i].transport, BF_OK);
+        assert_int_equal(jobs[i].code, SC(OK));
+    }
+    pthread_mutex_lock(&stub.mtx);
+    int calls = stub.calls, max_inside = stub.max_inside;
+    bool timed_out = stub.timed_out;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_int_equal(calls, N_CLIENTS);
+    assert_false(timed_out);
+    assert_true(max_inside >= 2);
+}
+
+/* ---- request IDs --------------------------------------------------------------------------- */
+
+/* The first delivery is answered only after the client has retried: both deliveries carry the
+ * same request ID, which is the one the client reports and the server echoes. A pinned ID is
+ * used verbatim. */
+static void test_request_id_retry(void **state)
+{
+    (void)state;
+    stub_reset(STUB_RETRY);
+    bfc_client *c = client_open(ipc_url, NULL, 4000, 1);
+    check_result r = stub_round_trip(c);
+    const bfc_status *st = bfc_last_status(c);
+    assert_true(r.got);
+    assert_int_equal(st->code, SC(OK));
+    assert_int_equal(st->attempts, 2);
+    assert_true(st->request_id_echoed);
+    assert_int_equal(strlen(st->request_id), 32);
+    pthread_mutex_lock(&stub.mtx);
+    int n = stub.n_ids;
+    bool timed_out = stub.timed_out;
+    char first[BF_REQUEST_ID_MAX], second[BF_REQUEST_ID_MAX];
+    snprintf(first, sizeof first, "%s", stub.ids[0]);
+    snprintf(second, sizeof second, "%s", n > 1 ? stub.ids[1] : "");
+    pthread_mutex_unlock(&stub.mtx);
+    assert_false(timed_out);
+    assert_int_equal(n, 2);
+    assert_string_equal(first, st->request_id);
+    assert_string_equal(second, st->request_id);
+
+    /* the next logical call gets a fresh ID */
+    char previous[40];
+    snprintf(previous, sizeof previous, "%s", st->request_id);
+    stub_reset(STUB_ECHO);
+    stub_round_trip(c);
+    assert_string_not_equal(bfc_last_status(c)->request_id, previous);
+
+    /* a pinned ID (a CLI's --request-id, a repeat after a lost answer) is sent verbatim */
+    static const uint8_t pinned[16] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77,
+                                       0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff};
+    for (int i = 0; i < 2; i++) {
+        bfc_set_next_request_id(c, pinned);
+        r = stub_round_trip(c);
+        st = bfc_last_status(c);
+        assert_string_equal(st->request_id, "00112233445566778899aabbccddeeff");
+        assert_true(st->request_id_echoed);
+        assert_non_null(strstr(r.reason, "|00112233445566778899aabbccddeeff"));
+    }
+    bfc_close(c);
+}
+
+/* ---- clean stop ---------------------------------------------------------------------------- */
+
+typedef struct stop_job {
+    const char *url;
+    int code;
+    bf_err transport;
+} stop_job;
+
+static void *stop_client_thread(void *arg)
+{
+    stop_job *job = arg;
+    bfc_client *c = NULL;
+    bfc_options o = {.timeout_ms = 20000, .retries = -1};
+    job->transport = bfc_open(&c, job->url, &o, NULL, 0);
+    if (job->transport != BF_OK)
+        return NULL;
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    bfc_status st;
+    (void)bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, NULL, &st);
+    job->code = st.code;
+    job->transport = st.transport;
+    bfc_close(c);
+    return NULL;
+}
+
+static void *stopper_thread(void *arg)
+{
+    srv_transport_stop(arg);
+    return NULL;
+}
+
+/* Stop while a request is in its handler: the request completes and is answered, then the
+ * listener is gone. (Stop is started before the handler is released; the test cannot observe
+ * that stop is already blocked, only that either order ends with the answer delivered.) */
+static void test_stop_finishes_in_flight(void **state)
+{
+    (void)state;
+    char path[160], url[180], diag[256] = "";
+    snprintf(path, sizeof path, "%s/stop.sock", dir);
+    snprintf(url, sizeof url, "ipc://%s", path);
+    const char *urls[] = {url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 2, .ipc_mode = 0660};
+    srv_transport *t2 = NULL;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0660);
+
+    stub_reset(STUB_HOLD);
+    stop_job job = {.url = url};
+    pthread_t client, stopper;
+    assert_int_equal(pthread_create(&client, NULL, stop_client_thread, &job), 0);
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (!stub.held)
+        assert_true(stub_wait(&until));
+    pthread_mutex_unlock(&stub.mtx);
+
+    assert_int_equal(pthread_create(&stopper, NULL, stopper_thread, t2), 0);
+    pthread_mutex_lock(&stub.mtx);
+    stub.release = true;
+    pthread_cond_broadcast(&stub.cond);
+    pthread_mutex_unlock(&stub.mtx);
+    pthread_join(stopper, NULL);
+    pthread_join(client, NULL);
+    assert_int_equal(job.transport, BF_OK);
+    assert_int_equal(job.code, SC(OK));
+
+    bfc_client *c = NULL;
+    assert_int_equal(bfc_open(&c, url, NULL, diag, sizeof diag), BF_ERR_UNAVAILABLE);
+    srv_transport_free(t2);
+}
+
+/* Configuration errors are typed and name no secrets. */
+static void test_transport_config(void **state)
+{
+    (void)state;
+    char diag[256];
+    srv_transport *t2 = NULL;
+    const char *bad[] = {"http://127.0.0.1:1"};
+    srv_transport_config cfg = {.urls = bad, .n_urls = 1};
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    const char *tls[] = {"tls+tcp://127.0.0.1:0"};
+    cfg.urls = tls;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "certificate"));
+    const char *ipc[] = {ipc_url};
+    cfg.urls = ipc;
+    cfg.ipc_mode = 0666;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_null(t2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_ipc),
+        cmocka_unit_test(test_round_trip_tcp),
+        cmocka_unit_test(test_round_trip_tls),
+        cmocka_unit_test(test_oversized),
+        cmocka_unit_test(test_malformed_envelope),
+        cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_status_and_body),
+        cmocka_unit_test(test_concurrent_clients),
+        cmocka_unit_test(test_request_id_retry),
+        cmocka_unit_test(test_stop_finishes_in_flight),
+        cmocka_unit_test(test_transport_config),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
