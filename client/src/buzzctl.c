@@ -1,0 +1,622 @@
+/*
+ * buzzctl.c - the operator CLI of buzz-backfill. Every command is one or more calls to the
+ * admin or readiness service through the generated stubs (libbuzz-backfill-client); nothing
+ * here keeps or infers lifecycle state. Output is a table (or --json, the messages as sent),
+ * and unknown values print as unknown.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+#include "buzz/backfill/v1/readiness.pb-c.h"
+#include "buzz/backfill/v1/rpc.pb-c.h"
+#include "buzz/client.h"
+#include "pbjson.h"
+#include "projection.h"
+
+int buzzctl_token_main(int argc, char **argv);
+
+enum {
+    EXIT_OK = 0,
+    EXIT_ERROR = 1,
+    EXIT_USAGE = 2,
+    EXIT_CONFLICT = 3,
+    EXIT_DENIED = 4,
+    EXIT_NOT_FOUND = 5,
+    EXIT_UNAVAILABLE = 6,
+    EXIT_VALIDATION_FAILED = 7,
+    EXIT_NOT_READY = 8,
+    EXIT_CURRENT_STATE = 9,
+};
+
+typedef struct ctl {
+    const char *url;
+    char *token;
+    int timeout_ms;
+    bool json;
+    bool has_request_id;
+    uint8_t request_id[BFC_REQUEST_ID_LEN];
+    const char *tls_ca;
+    const char *tls_name;
+    bfc_client *client;
+} ctl;
+
+static void usage(FILE *f)
+{
+    fputs(
+        "usage: buzzctl [options] <command> [arguments]\n"
+        "\n"
+        "Operate durable backfills through buzz-backfilld's admin API.\n"
+        "\n"
+        "commands:\n"
+        "  list [--state STATE] [--limit N]   backfills, ordered by id\n"
+        "  get ID                             one backfill in detail\n"
+        "  start ID | pause ID | resume ID | retry ID\n"
+        "                                     lifecycle controls (idempotent per request id)\n"
+        "  validate ID                        run the definition's read-only validation\n"
+        "  audit [ID] [--limit N]             audit trail, newest first\n"
+        "  whoami                             the identity the server sees\n"
+        "  ready [--wait SECONDS]             readiness as the relay sees it\n"
+        "  token keygen|mint|inspect ...      capability tokens (see 'buzzctl token --help')\n"
+        "\n"
+        "options:\n"
+        "  -u, --url URL          server: ipc:///path, tcp://host:port, tls+tcp://host:port\n"
+        "                         (default $BUZZ_BACKFILL_URL)\n"
+        "  -t, --token TOKEN      capability token (default $BUZZ_BACKFILL_TOKEN); not needed\n"
+        "                         on an ipc:// listener with boundary authority\n"
+        "      --token-file FILE  read the token from FILE\n"
+        "      --timeout MS       budget of one call, retries included (default 10000)\n"
+        "      --request-id HEX   32 hex digits: repeat an earlier control or validate request\n"
+        "                         (e.g. after a lost response) instead of making a new one\n"
+        "      --tls-ca FILE      CA certificate for tls+tcp://\n"
+        "      --tls-server-name NAME  name to verify for tls+tcp://\n"
+        "      --json             print the server's messages as JSON\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "exit codes: 0 ok, 1 error, 2 usage, 3 conflict (the current state is printed),\n"
+        "4 unauthenticated or permission denied, 5 not found, 6 server unavailable or timed out,\n"
+        "7 validation failed, 8 not ready, 9 validation did not run (current state).\n",
+        f);
+}
+
+static int exit_for(bf_err err)
+{
+    switch (err) {
+    case BF_OK:
+        return EXIT_OK;
+    case BF_ERR_CONFLICT:
+        return EXIT_CONFLICT;
+    case BF_ERR_UNAUTHENTICATED:
+    case BF_ERR_PERMISSION_DENIED:
+        return EXIT_DENIED;
+    case BF_ERR_NOT_FOUND:
+        return EXIT_NOT_FOUND;
+    case BF_ERR_UNAVAILABLE:
+    case BF_ERR_TIMEOUT:
+        return EXIT_UNAVAILABLE;
+    case BF_ERR_INVALID_ARGUMENT:
+        return EXIT_USAGE;
+    default:
+        return EXIT_ERROR;
+    }
+}
+
+/* Report a failed call on stderr: the server's typed status, or the transport's reason. */
+static int report(const char *what, bf_err err, const bfc_status *st)
+{
+    if (st->answered)
+        fprintf(stderr, "buzzctl %s: %s: %s%s%s\n", what, bfc_code_name(st->code), st->message,
+                st->detail[0] ? "\n  " : "", st->detail);
+    else
+        fprintf(stderr, "buzzctl %s: %s%s%s\n", what, bf_err_str(err),
+                st->transport_detail[0] ? ": " : "", st->transport_detail);
+    return exit_for(err);
+}
+
+static bf_err call(ctl *c, const ProtobufCServiceDescriptor *svc, const char *method,
+                   const ProtobufCMessage *in, ProtobufCMessage **out, bfc_status *st)
+{
+    if (c->has_request_id)
+        bfc_set_next_request_id(c->client, c->request_id);
+    return bfc_call(c->client, svc, method, in, out, st);
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static void print_detail(const Buzz__Backfill__V1__Backfill *b)
+{
+    bfc_view v;
+    bfc_project(b, &v);
+    const Buzz__Backfill__V1__Definition *d = b->definition;
+    printf("id:          %s\n", v.id);
+    printf("state:       %s%s\n", v.state, v.gating ? "  (gates readiness)" : "");
+    printf("progress:    %s\n", v.progress);
+    printf("rate:        %s   eta: %s\n", v.rate, v.eta);
+    printf("checkpoint:  %s\n", v.checkpoint);
+    printf("bound:       %s\n", v.bound);
+    printf("generation:  %s\n", v.generation);
+    printf("claim:       %s\n", v.claim);
+    printf("retry:       %s\n", v.retry);
+    printf("error:       %s\n", v.error);
+    printf("validation:  %s\n", v.validation);
+    if (b->last_validation != NULL && b->last_validation->detail != NULL)
+        printf("             %s\n", b->last_validation->detail);
+    printf("updated:     %s\n", v.updated);
+    if (d != NULL) {
+        printf("key types:   %s\n", d->key_types ? d->key_types : "unknown");
+        if (d->has_batch_size)
+            printf("batch size:  %u\n", d->batch_size);
+        if (d->description != NULL && d->description[0])
+            printf("description: %s\n", d->description);
+        if (d->revision != NULL && d->revision[0])
+            printf("revision:    %s\n", d->revision);
+    }
+}
+
+static void print_row_header(void)
+{
+    printf("%-36s %-11s %-40s %-14s %-6s %s\n", "ID", "STATE", "PROGRESS", "RATE", "GEN",
+           "CLAIM");
+}
+
+static void print_row(const Buzz__Backfill__V1__Backfill *b)
+{
+    bfc_view v;
+    bfc_project(b, &v);
+    printf("%-36s %-11s %-40s %-14s %-6s %s\n", v.id, v.state, v.progress, v.rate, v.generation,
+           v.claim);
+}
+
+static void print_json(const ProtobufCMessage *m)
+{
+    pbjson_print(stdout, m);
+    fputc('\n', stdout);
+}
+
+/* ---- commands ---------------------------------------------------------------------------- */
+
+static int parse_state(const char *s, Buzz__Backfill__V1__State *out)
+{
+    for (int i = 1; i <= 7; i++) {
+        if (strcmp(s, bfc_state_name(i)) == 0) {
+            *out = (Buzz__Backfill__V1__State)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int cmd_list(ctl *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"state", required_argument, NULL, 's'}, {"limit", required_argument, NULL, 'l'}, {0}};
+    Buzz__Backfill__V1__ListRequest req = BUZZ__BACKFILL__V1__LIST_REQUEST__INIT;
+    long limit = 1000;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 's' && parse_state(optarg, &req.state) == 0) {
+            req.has_state = 1;
+        } else if (o == 'l' && (limit = strtol(optarg, NULL, 10)) > 0) {
+        } else {
+            fputs("usage: buzzctl list [--state STATE] [--limit N]\n", stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (!c->json)
+        print_row_header();
+    char *page = NULL;
+    long shown = 0;
+    int rc = EXIT_OK;
+    do {
+        req.page_token = page;
+        req.has_page_size = 1;
+        req.page_size = (uint32_t)(limit - shown < 1000 ? limit - shown : 1000);
+        ProtobufCMessage *out = NULL;
+        bfc_status st;
+        bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "List", &req.base, &out, &st);
+        free(page);
+        page = NULL;
+        if (err != BF_OK) {
+            rc = report("list", err, &st);
+            if (out)
+                protobuf_c_message_free_unpacked(out, NULL);
+            break;
+        }
+        Buzz__Backfill__V1__ListResponse *resp = (Buzz__Backfill__V1__ListResponse *)out;
+        for (size_t i = 0; i < resp->n_backfills; i++, shown++) {
+            if (c->json)
+                print_json(&resp->backfills[i]->base);
+            else
+                print_row(resp->backfills[i]);
+        }
+        if (resp->next_page_token != NULL && shown < limit)
+            page = strdup(resp->next_page_token);
+        protobuf_c_message_free_unpacked(out, NULL);
+    } while (page != NULL);
+    return rc;
+}
+
+static int need_id(int argc, char **argv, const char *cmd, const char **id)
+{
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: buzzctl %s ID\n", cmd);
+        return EXIT_USAGE;
+    }
+    *id = argv[1];
+    return EXIT_OK;
+}
+
+static int cmd_get(ctl *c, int argc, char **argv)
+{
+    const char *id;
+    int rc = need_id(argc, argv, "get", &id);
+    if (rc != EXIT_OK)
+        return rc;
+    Buzz__Backfill__V1__GetRequest req = BUZZ__BACKFILL__V1__GET_REQUEST__INIT;
+    req.id = (char *)id;
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "Get", &req.base, &out, &st);
+    if (err != BF_OK) {
+        rc = report("get", err, &st);
+    } else {
+        Buzz__Backfill__V1__GetResponse *resp = (Buzz__Backfill__V1__GetResponse *)out;
+        if (c->json)
+            print_json(out);
+        else if (resp->backfill != NULL)
+            print_detail(resp->backfill);
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+static int cmd_control(ctl *c, int argc, char **argv, const char *method)
+{
+    const char *id;
+    int rc = need_id(argc, argv, argv[0], &id);
+    if (rc != EXIT_OK)
+        return rc;
+    Buzz__Backfill__V1__ControlRequest req = BUZZ__BACKFILL__V1__CONTROL_REQUEST__INIT;
+    req.id = (char *)id;
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, method, &req.base, &out, &st);
+    Buzz__Backfill__V1__ControlResponse *resp = (Buzz__Backfill__V1__ControlResponse *)out;
+    if (c->json && resp != NULL)
+        print_json(out);
+    if (err != BF_OK) {
+        rc = report(argv[0], err, &st);
+        if (!c->json && resp != NULL && resp->backfill != NULL) /* a conflict: current state */
+            print_detail(resp->backfill);
+    } else if (!c->json && resp != NULL) {
+        const char *outcome = resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED
+                                  ? "accepted"
+                                  : resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED
+                                        ? "converged"
+                                        : "unknown";
+        printf("%s %s: %s, %s -> %s, generation %" PRId64 "%s\n", argv[0], id, outcome,
+               bfc_state_name(resp->has_prior_state ? (int)resp->prior_state : 0),
+               bfc_state_name(resp->has_resulting_state ? (int)resp->resulting_state : 0),
+               resp->generation, resp->has_replayed && resp->replayed ? " (replayed)" : "");
+        printf("request id: %s\n", st.request_id);
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+static int cmd_validate(ctl *c, int argc, char **argv)
+{
+    const char *id;
+    int rc = need_id(argc, argv, "validate", &id);
+    if (rc != EXIT_OK)
+        return rc;
+    Buzz__Backfill__V1__ValidateRequest req = BUZZ__BACKFILL__V1__VALIDATE_REQUEST__INIT;
+    req.id = (char *)id;
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err =
+        call(c, &buzz__backfill__v1__admin__descriptor, "Validate", &req.base, &out, &st);
+    if (err != BF_OK) {
+        rc = report("validate", err, &st);
+    } else {
+        Buzz__Backfill__V1__ValidateResponse *resp = (Buzz__Backfill__V1__ValidateResponse *)out;
+        if (c->json) {
+            print_json(out);
+        } else {
+            printf("validate %s: %s (evaluated %s)%s%s\n", id, bfc_outcome_name(resp->outcome),
+                   bfc_state_name(resp->has_evaluated_state ? (int)resp->evaluated_state : 0),
+                   resp->has_completed && resp->completed ? ", completed" : "",
+                   resp->has_replayed && resp->replayed ? " (replayed)" : "");
+            if (resp->detail != NULL)
+                printf("  %s\n", resp->detail);
+            printf("request id: %s\n", st.request_id);
+        }
+        rc = resp->outcome == BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__SUCCESS ? EXIT_OK
+             : resp->outcome == BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__FAILURE
+                 ? EXIT_VALIDATION_FAILED
+                 : EXIT_CURRENT_STATE;
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+static int cmd_audit(ctl *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{"limit", required_argument, NULL, 'l'}, {0}};
+    Buzz__Backfill__V1__AuditRequest req = BUZZ__BACKFILL__V1__AUDIT_REQUEST__INIT;
+    long limit = 50;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o != 'l' || (limit = strtol(optarg, NULL, 10)) < 1 || limit > 1000) {
+            fputs("usage: buzzctl audit [ID] [--limit 1..1000]\n", stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        req.id = argv[optind];
+    req.has_page_size = 1;
+    req.page_size = (uint32_t)limit;
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "Audit", &req.base, &out, &st);
+    int rc = EXIT_OK;
+    if (err != BF_OK) {
+        rc = report("audit", err, &st);
+    } else {
+        Buzz__Backfill__V1__AuditResponse *resp = (Buzz__Backfill__V1__AuditResponse *)out;
+        for (size_t i = 0; i < resp->n_entries; i++) {
+            const Buzz__Backfill__V1__AuditEntry *a = resp->entries[i];
+            if (c->json) {
+                print_json(&a->base);
+                continue;
+            }
+            char gen[24] = "-";
+            if (a->has_generation)
+                snprintf(gen, sizeof gen, "%" PRId64, a->generation);
+            printf("#%" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s\n", a->seq,
+                   a->backfill_id ? a->backfill_id : "-", a->action ? a->action : "-",
+                   bfc_state_name(a->has_prior_state ? (int)a->prior_state : 0),
+                   bfc_state_name(a->has_resulting_state ? (int)a->resulting_state : 0), gen,
+                   a->actor ? a->actor : "", a->actor ? " " : "",
+                   a->authority ? a->authority : "unknown", a->outcome ? a->outcome : "");
+        }
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+static int cmd_whoami(ctl *c, int argc, char **argv)
+{
+    Buzz__Backfill__V1__WhoAmIRequest req = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &req.base, &out, &st);
+    int rc = EXIT_OK;
+    if (err != BF_OK) {
+        rc = report("whoami", err, &st);
+    } else if (c->json) {
+        print_json(out);
+    } else {
+        Buzz__Backfill__V1__WhoAmIResponse *r = (Buzz__Backfill__V1__WhoAmIResponse *)out;
+        printf("actor:        %s\n", r->actor && r->actor[0] ? r->actor : "(none)");
+        printf("authority:    %s\n", r->authority ? r->authority : "unknown");
+        printf("capabilities:");
+        for (size_t i = 0; i < r->n_capabilities; i++)
+            printf(" %s", r->capabilities[i]);
+        printf("\nroles:       ");
+        for (size_t i = 0; i < r->n_roles; i++)
+            printf(" %s", r->roles[i]);
+        printf("%s\n", r->n_roles ? "  (informational)" : " (none)");
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+static const char *component_status(int s)
+{
+    switch (s) {
+    case BUZZ__BACKFILL__V1__COMPONENT_STATUS__READY:
+        return "ready";
+    case BUZZ__BACKFILL__V1__COMPONENT_STATUS__NOT_READY:
+        return "not ready";
+    default:
+        return "unknown";
+    }
+}
+
+static int cmd_ready(ctl *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{"wait", required_argument, NULL, 'w'}, {0}};
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        long s = o == 'w' ? strtol(optarg, NULL, 10) : -1;
+        if (s < 0 || s > 30) {
+            fputs("usage: buzzctl ready [--wait SECONDS (0..30)]\n", stderr);
+            return EXIT_USAGE;
+        }
+        req.has_wait_ms = 1;
+        req.wait_ms = (uint32_t)(s * 1000);
+    }
+    ProtobufCMessage *out = NULL;
+    bfc_status st;
+    bf_err err =
+        call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st);
+    int rc = EXIT_OK;
+    if (err != BF_OK) {
+        rc = report("ready", err, &st);
+    } else {
+        Buzz__Backfill__V1__CheckResponse *r = (Buzz__Backfill__V1__CheckResponse *)out;
+        if (c->json) {
+            print_json(out);
+        } else {
+            printf("%s (auto-migrate %s, auto-backfill %s)\n",
+                   r->has_ready && r->ready ? "READY" : "NOT READY",
+                   r->has_auto_migrate ? (r->auto_migrate ? "on" : "off") : "unknown",
+                   r->has_auto_backfill ? (r->auto_backfill ? "on" : "off") : "unknown");
+            for (size_t i = 0; i < r->n_components; i++)
+                printf("  %-10s %-10s %s\n", r->components[i]->name,
+                       component_status(r->components[i]->status),
+                       r->components[i]->reason ? r->components[i]->reason : "");
+            for (size_t i = 0; i < r->n_gating; i++)
+                printf("  gating: %s (%s)\n", r->gating[i]->id,
+                       r->gating[i]->has_state ? bfc_state_name(r->gating[i]->state)
+                                               : "not registered");
+        }
+        rc = r->has_ready && r->ready ? EXIT_OK : EXIT_NOT_READY;
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static char *read_token_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return strdup(buf);
+}
+
+static int parse_request_id(const char *hex, uint8_t out[BFC_REQUEST_ID_LEN])
+{
+    if (strlen(hex) != 2 * BFC_REQUEST_ID_LEN)
+        return -1;
+    for (int i = 0; i < BFC_REQUEST_ID_LEN; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "token") == 0)
+        return buzzctl_token_main(argc - 1, argv + 1);
+    static const struct option opts[] = {
+        {"url", required_argument, NULL, 'u'},
+        {"token", required_argument, NULL, 't'},
+        {"token-file", required_argument, NULL, 'T'},
+        {"timeout", required_argument, NULL, 'o'},
+        {"request-id", required_argument, NULL, 'r'},
+        {"tls-ca", required_argument, NULL, 'c'},
+        {"tls-server-name", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    ctl c = {.url = getenv("BUZZ_BACKFILL_URL"), .timeout_ms = 0};
+    const char *env_token = getenv("BUZZ_BACKFILL_TOKEN");
+    c.token = env_token ? strdup(env_token) : NULL;
+    int o;
+    while ((o = getopt_long(argc, argv, "+u:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'u':
+            c.url = optarg;
+            break;
+        case 't':
+            free(c.token);
+            c.token = strdup(optarg);
+            break;
+        case 'T':
+            free(c.token);
+            if ((c.token = read_token_file(optarg)) == NULL) {
+                fprintf(stderr, "buzzctl: could not read token file %s\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'o':
+            c.timeout_ms = (int)strtol(optarg, NULL, 10);
+            break;
+        case 'r':
+            if (parse_request_id(optarg, c.request_id) != 0) {
+                fputs("buzzctl: --request-id needs 32 hex digits\n", stderr);
+                return EXIT_USAGE;
+            }
+            c.has_request_id = true;
+            break;
+        case 'c':
+            c.tls_ca = optarg;
+            break;
+        case 'n':
+            c.tls_name = optarg;
+            break;
+        case 'j':
+            c.json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (c.url == NULL || c.url[0] == '\0') {
+        fputs("buzzctl: no server: pass --url or set BUZZ_BACKFILL_URL\n", stderr);
+        return EXIT_USAGE;
+    }
+    char **sub = argv + optind;
+    int subc = argc - optind;
+    static const struct {
+        const char *name;
+        const char *method;
+    } controls[] = {{"start", "Start"}, {"pause", "Pause"}, {"resume", "Resume"}, {"retry", "Retry"}};
+    bfc_options bo = {.token = c.token,
+                      .timeout_ms = c.timeout_ms,
+                      .tls_ca_file = c.tls_ca,
+                      .tls_server_name = c.tls_name};
+    if (strcmp(sub[0], "ready") == 0)
+        bo.retries = -1; /* a readiness wait is one long attempt */
+    char diag[160] = "";
+    if (bfc_open(&c.client, c.url, &bo, diag, sizeof diag) != BF_OK) {
+        fprintf(stderr, "buzzctl: cannot reach %s: %s\n", c.url, diag);
+        free(c.token);
+        return EXIT_UNAVAILABLE;
+    }
+    optind = 1; /* subcommand options are parsed from sub[1] on */
+    int rc = -1;
+    if (strcmp(sub[0], "list") == 0)
+        rc = cmd_list(&c, subc, sub);
+    else if (strcmp(sub[0], "get") == 0)
+        rc = cmd_get(&c, subc, sub);
+    else if (strcmp(sub[0], "validate") == 0)
+        rc = cmd_validate(&c, subc, sub);
+    else if (strcmp(sub[0], "audit") == 0)
+        rc = cmd_audit(&c, subc, sub);
+    else if (strcmp(sub[0], "whoami") == 0)
+        rc = cmd_whoami(&c, subc, sub);
+    else if (strcmp(sub[0], "ready") == 0)
+        rc = cmd_ready(&c, subc, sub);
+    for (size_t i = 0; rc < 0 && i < sizeof controls / sizeof controls[0]; i++)
+        if (strcmp(sub[0], controls[i].name) == 0)
+            rc = cmd_control(&c, subc, sub, controls[i].method);
+    if (rc < 0) {
+        fprintf(stderr, "buzzctl: unknown command '%.40s' (see buzzctl --help)\n", sub[0]);
+        rc = EXIT_USAGE;
+    }
+    bfc_close(c.client);
+    free(c.token);
+    return rc;
+}

@@ -1,0 +1,176 @@
+/* projection.c - Backfill messages to display text; see projection.h. */
+#include "projection.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const state_names[] = {"unknown", "pending",    "running",  "paused",
+                                          "blocked", "failed",     "validating", "completed"};
+
+const char *bfc_state_name(int state)
+{
+    if (state < 1 || state > 7)
+        return "unknown";
+    return state_names[state];
+}
+
+const char *bfc_outcome_name(int outcome)
+{
+    switch (outcome) {
+    case BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__SUCCESS:
+        return "success";
+    case BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__FAILURE:
+        return "failure";
+    case BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__CURRENT_STATE:
+        return "current-state";
+    default:
+        return "unknown";
+    }
+}
+
+void bfc_format_count(char *buf, size_t cap, int64_t n)
+{
+    char digits[32];
+    snprintf(digits, sizeof digits, "%" PRId64, n < 0 ? -n : n);
+    size_t len = strlen(digits), o = 0;
+    char tmp[48];
+    if (n < 0)
+        tmp[o++] = '-';
+    for (size_t i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            tmp[o++] = ',';
+        tmp[o++] = digits[i];
+    }
+    tmp[o] = '\0';
+    snprintf(buf, cap, "%s", tmp);
+}
+
+void bfc_format_duration(char *buf, size_t cap, int64_t us)
+{
+    if (us < 0) {
+        snprintf(buf, cap, "unknown");
+        return;
+    }
+    int64_t s = us / 1000000;
+    if (s < 10)
+        snprintf(buf, cap, "%.1fs", (double)us / 1e6);
+    else if (s < 60)
+        snprintf(buf, cap, "%" PRId64 "s", s);
+    else if (s < 3600)
+        snprintf(buf, cap, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, cap, "%" PRId64 "h%02" PRId64 "m", s / 3600, (s % 3600) / 60);
+    else
+        snprintf(buf, cap, "%" PRId64 "d%02" PRId64 "h", s / 86400, (s % 86400) / 3600);
+}
+
+static void ago(char *buf, size_t cap, bool has, int64_t at, bool has_now, int64_t now)
+{
+    if (!has || !has_now) {
+        snprintf(buf, cap, "unknown");
+        return;
+    }
+    char d[24];
+    bfc_format_duration(d, sizeof d, now - at);
+    snprintf(buf, cap, "%s ago", d);
+}
+
+static void project_progress(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
+{
+    const Buzz__Backfill__V1__Progress *p = b->progress;
+    const Buzz__Backfill__V1__Times *t = b->times;
+    snprintf(v->rate, sizeof v->rate, "unknown");
+    snprintf(v->eta, sizeof v->eta, "unknown");
+    if (p == NULL || !p->has_rows_committed) {
+        snprintf(v->progress, sizeof v->progress, "unknown");
+        return;
+    }
+    char rows[32];
+    bfc_format_count(rows, sizeof rows, p->rows_committed);
+    if (p->has_source_estimate && p->source_estimate > 0) {
+        char est[32];
+        bfc_format_count(est, sizeof est, p->source_estimate);
+        double pct = 100.0 * (double)p->rows_committed / (double)p->source_estimate;
+        snprintf(v->progress, sizeof v->progress, "%s rows (~%.1f%% of ~%s est.)", rows,
+                 pct > 100.0 ? 100.0 : pct, est);
+    } else {
+        snprintf(v->progress, sizeof v->progress, "%s rows", rows);
+    }
+    if (t == NULL || !t->has_started_at_us || !t->has_observed_at_us)
+        return;
+    int64_t end = t->has_completed_at_us ? t->completed_at_us : t->observed_at_us;
+    int64_t elapsed = end - t->started_at_us;
+    if (elapsed <= 0 || p->rows_committed <= 0)
+        return;
+    double rate = (double)p->rows_committed * 1e6 / (double)elapsed;
+    snprintf(v->rate, sizeof v->rate, "%.0f rows/s", rate);
+    if (b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED) {
+        snprintf(v->eta, sizeof v->eta, "done");
+    } else if (p->has_source_estimate && p->source_estimate > p->rows_committed && rate > 0 &&
+               b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING) {
+        char d[24];
+        double left = (double)(p->source_estimate - p->rows_committed) / rate;
+        bfc_format_duration(d, sizeof d, (int64_t)(left * 1e6));
+        snprintf(v->eta, sizeof v->eta, "~%s (est.)", d);
+    }
+}
+
+void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
+{
+    memset(v, 0, sizeof *v);
+    const Buzz__Backfill__V1__Times *t = b->times;
+    bool has_now = t != NULL && t->has_observed_at_us;
+    int64_t now = has_now ? t->observed_at_us : 0;
+    snprintf(v->id, sizeof v->id, "%s", b->id ? b->id : "unknown");
+    snprintf(v->state, sizeof v->state, "%s", bfc_state_name(b->has_state ? (int)b->state : 0));
+    project_progress(b, v);
+    snprintf(v->checkpoint, sizeof v->checkpoint, "%s", b->checkpoint ? b->checkpoint : "-");
+    if (b->has_bound_empty && b->bound_empty)
+        snprintf(v->bound, sizeof v->bound, "(empty)");
+    else
+        snprintf(v->bound, sizeof v->bound, "%s", b->bound ? b->bound : "-");
+    if (b->has_generation)
+        snprintf(v->generation, sizeof v->generation, "%" PRId64, b->generation);
+    else
+        snprintf(v->generation, sizeof v->generation, "unknown");
+    const Buzz__Backfill__V1__Claim *c = b->claim;
+    if (c == NULL || c->owner == NULL) {
+        snprintf(v->claim, sizeof v->claim, "none");
+    } else if (c->has_valid && c->valid && c->has_expires_at_us && has_now) {
+        char d[24];
+        bfc_format_duration(d, sizeof d, c->expires_at_us - now);
+        snprintf(v->claim, sizeof v->claim, "%.48s (%s left)", c->owner, d);
+    } else {
+        snprintf(v->claim, sizeof v->claim, "%.48s (%s)", c->owner,
+                 c->has_valid ? "expired" : "validity unknown");
+    }
+    const Buzz__Backfill__V1__Retry *r = b->retry;
+    if (r == NULL || !r->has_attempts || r->attempts == 0) {
+        snprintf(v->retry, sizeof v->retry, "-");
+    } else if (r->has_next_attempt_at_us && has_now && r->next_attempt_at_us > now) {
+        char d[24];
+        bfc_format_duration(d, sizeof d, r->next_attempt_at_us - now);
+        snprintf(v->retry, sizeof v->retry, "attempt %u, next in %s", r->attempts, d);
+    } else {
+        snprintf(v->retry, sizeof v->retry, "attempt %u", r->attempts);
+    }
+    const Buzz__Backfill__V1__Diagnostic *e = b->error;
+    if (e == NULL || (e->error_class == NULL && e->detail == NULL))
+        snprintf(v->error, sizeof v->error, "-");
+    else
+        snprintf(v->error, sizeof v->error, "%s: %.80s", e->error_class ? e->error_class : "error",
+                 e->detail ? e->detail : "");
+    const Buzz__Backfill__V1__Validation *val = b->last_validation;
+    if (val == NULL || !val->has_outcome) {
+        snprintf(v->validation, sizeof v->validation, "never");
+    } else {
+        char when[40];
+        ago(when, sizeof when, val->has_at_us, val->at_us, has_now, now);
+        snprintf(v->validation, sizeof v->validation, "%s, %s", bfc_outcome_name(val->outcome),
+                 when);
+    }
+    ago(v->updated, sizeof v->updated, t && t->has_updated_at_us, t ? t->updated_at_us : 0,
+        has_now, now);
+    v->gating = b->has_gating && b->gating;
+}

@@ -1,0 +1,48 @@
+/*
+ * projection.h - the pure projection from RPC results to what an operator sees (buzzctl's
+ * tables, the dashboard). No I/O, no state: the same message always renders the same text.
+ * Unknown, absent or stale values render as such ("unknown", "-"), never as zero, complete,
+ * healthy or offline.
+ */
+#ifndef BUZZ_PROJECTION_H
+#define BUZZ_PROJECTION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+
+#define BFC_CELL 96
+
+typedef struct bfc_view {
+    char id[BFC_CELL];
+    char state[24];
+    char progress[BFC_CELL];   /* "12,000 rows (~1.2% of ~1,000,000 est.)" or "12,000 rows" */
+    char rate[40];             /* rows/s since start, or "unknown" */
+    char eta[40];              /* from the estimate, or "unknown" */
+    char checkpoint[BFC_CELL]; /* "-" before the first batch */
+    char bound[BFC_CELL];      /* "-" before start, "(empty)" for an empty source set */
+    char generation[24];
+    char claim[BFC_CELL];      /* "worker-a (valid, 12s left)", "none", "expired" */
+    char retry[BFC_CELL];      /* "attempt 2, next in 3s", "-" */
+    char error[BFC_CELL];      /* "prerequisite: undefined table (42P01)", "-" */
+    char validation[BFC_CELL]; /* "success 3m ago", "never" */
+    char updated[40];          /* "12s ago" */
+    bool gating;
+} bfc_view;
+
+/* Project one Backfill. now_us: the observation time (PostgreSQL's, from times.observed_at),
+ * used for ages and ETA. */
+void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *out);
+
+/* Lower-case name of a State ("running"); "unknown" for unset or unknown values. */
+const char *bfc_state_name(int state);
+const char *bfc_outcome_name(int outcome);
+
+/* "1.5s", "3m", "2h05m", "4d"; "unknown" for negative input. */
+void bfc_format_duration(char *buf, size_t cap, int64_t us);
+/* 1234567 -> "1,234,567" */
+void bfc_format_count(char *buf, size_t cap, int64_t n);
+
+#endif
