@@ -8,6 +8,7 @@
  * logged, never returned: the client-visible diagnostic names only the SQLSTATE and our label.
  */
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,7 @@ static bf_err engine_connect(bf_engine *e)
     }
     if (e->prepared != NULL && e->reg != NULL)
         memset(e->prepared, 0, bf_registry_count(e->reg));
+    e->listening = false; /* a new connection listens to nothing */
     return BF_OK;
 }
 
@@ -251,4 +253,45 @@ int64_t bf__field_i64(const PGresult *r, int row, int col)
 bool bf__field_bool(const PGresult *r, int row, int col)
 {
     return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}
+
+static bf_err engine_drain_notifies(bf_engine *e, bool *got)
+{
+    if (PQconsumeInput(e->conn) == 0) {
+        bf__log(e, BF_LOG_WARN, "notification wait: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "database connection lost");
+    }
+    PGnotify *n;
+    while ((n = PQnotifies(e->conn)) != NULL) {
+        *got = true;
+        PQfreemem(n);
+    }
+    return BF_OK;
+}
+
+bf_err bf_wait_notify(bf_engine *e, int timeout_ms)
+{
+    if (e == NULL || timeout_ms < 0)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    if (!e->listening) {
+        if ((err = bf__exec0(e, "listen", "LISTEN buzz_backfill", 0, NULL)) != BF_OK)
+            return err;
+        e->listening = true;
+    }
+    bool got = false;
+    if ((err = engine_drain_notifies(e, &got)) != BF_OK)
+        return err;
+    if (got || timeout_ms == 0)
+        return got ? BF_OK : BF_ERR_TIMEOUT;
+    struct pollfd pfd = {.fd = PQsocket(e->conn), .events = POLLIN};
+    if (pfd.fd < 0)
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "database connection lost");
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return BF_ERR_TIMEOUT; /* timed out, or a signal: the caller re-reads either way */
+    if ((err = engine_drain_notifies(e, &got)) != BF_OK)
+        return err;
+    return got ? BF_OK : BF_ERR_TIMEOUT;
 }

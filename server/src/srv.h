@@ -110,6 +110,10 @@ typedef struct srv_context {
     int request_retention_s;
     bf_config engine_cfg; /* template for per-thread engine sessions */
     atomic_bool shutting_down;
+    /* Readiness.Check waits (wait_ms) held at once, each on a transport thread; beyond it a
+     * wait is cut to one second so waiters never starve the admin API. 0: every wait is cut. */
+    int readiness_waiters_max;
+    atomic_int readiness_waiters; /* in progress (readiness.c) */
 } srv_context;
 
 /* Per transport thread. */

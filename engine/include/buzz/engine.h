@@ -238,6 +238,17 @@ bf_err bf_start_required(bf_engine *engine, const bf_actor *who, int *started_ou
  * ids (may be NULL) receives up to max entries; *gating_out the total. */
 bf_err bf_gate(bf_engine *engine, bf_backfill *ids, int max, int *gating_out);
 
+/*
+ * Wait up to timeout_ms for a "buzz_backfill" notification on this engine's connection (the
+ * engine NOTIFYs on every lifecycle change). The first call issues LISTEN, which then stays
+ * active for the connection's life (a reconnect drops it; the next call listens again). Returns
+ * BF_OK at once when notifications are already queued (draining them all), else waits; BF_OK
+ * when one arrived, BF_ERR_TIMEOUT when none did (or poll was interrupted), BF_ERR_UNAVAILABLE
+ * when the connection is lost. timeout_ms 0 only listens and drains. To miss nothing: call with
+ * 0, read PostgreSQL, then wait. A notification only wakes: re-read PostgreSQL before acting.
+ */
+bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
+
 /* ---- workers --------------------------------------------------------------------------- */
 
 typedef enum bf_step {

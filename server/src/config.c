@@ -1,0 +1,889 @@
+/*
+ * config.c - buzz-backfilld configuration: the key table, the key = value file parser
+ * (postgresql.conf style), BUZZ_BACKFILL_<KEY> environment overrides, getopt_long flags,
+ * validation per command, --help, and the redacted effective configuration of check-config.
+ *
+ * Design notes: values are collected as text per key with their origin, in precedence order
+ * (defaults, file, environment, flags), and converted to typed fields once at the end, so an
+ * invalid value is reported once, naming where it came from. An empty value means "not set"
+ * (an environment variable set to "" unsets a file value). Values are never echoed in errors:
+ * any of them may be a secret.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+#define CONFIG_ENV_PREFIX "BUZZ_BACKFILL_"
+#define CONFIG_LINE_MAX   65536
+#define CONFIG_OPT_BASE   1000
+
+typedef enum key_type { KT_STRING, KT_LIST, KT_INT, KT_BOOL, KT_LEVEL, KT_MODE } key_type;
+
+typedef struct key_def {
+    const char *name;
+    key_type type;
+    const char *def; /* default as text; NULL = not set */
+    int min, max;    /* KT_INT */
+    const char *metavar;
+    const char *help;
+    size_t off;       /* field in srv_config */
+    size_t count_off; /* KT_LIST: the size_t count field */
+} key_def;
+
+#define F(field)   offsetof(srv_config, field)
+#define NOCOUNT    0
+#define SECRET_KEY "database_url"
+
+static const key_def config_keys[] = {
+    {"database_url", KT_STRING, NULL, 0, 0, "URL",
+     "PostgreSQL connection: a libpq URL or key=value conninfo (required). The password is "
+     "never printed.",
+     F(database_url), NOCOUNT},
+    {"listen", KT_LIST, NULL, 0, 0, "URL,...",
+     "Admin listeners: comma-separated ipc:///path, tcp://host:port and tls+tcp://host:port "
+     "(required for run).",
+     F(listen), F(n_listen)},
+    {"tls_cert_key_file", KT_STRING, NULL, 0, 0, "FILE",
+     "PEM file with the certificate chain and private key for tls+tcp:// listeners.",
+     F(tls_cert_key_file), NOCOUNT},
+    {"threads", KT_INT, "4", 1, 256, "N", "Transport threads: requests served concurrently.",
+     F(threads), NOCOUNT},
+    {"workers", KT_INT, "2", 0, 256, "N",
+     "Worker threads: backfills advanced concurrently by this process (0: serve only).", F(workers),
+     NOCOUNT},
+    {"modules", KT_LIST, NULL, 0, 0, "PATH,...",
+     "Definitions modules (shared objects exporting buzz_backfill_module), comma-separated.",
+     F(modules), F(n_modules)},
+    {"auto_migrate", KT_BOOL, "off", 0, 0, "on|off",
+     "Apply the engine's schema migrations at startup; off: only check that they are applied.",
+     F(auto_migrate), NOCOUNT},
+    {"auto_backfill", KT_BOOL, "off", 0, 0, "on|off",
+     "Automatic mode: start pending required backfills at startup and gate readiness until "
+     "they complete; off: manual mode, no gate.",
+     F(auto_backfill), NOCOUNT},
+    {"token_audience", KT_STRING, NULL, 0, 0, "NAME",
+     "Audience capability tokens must name (required with trusted_keys_file).", F(token_audience),
+     NOCOUNT},
+    {"trusted_keys_file", KT_STRING, NULL, 0, 0, "FILE",
+     "Trusted token keys, one \"<key id> <base64url Ed25519 public key>\" per line; reloaded "
+     "on SIGHUP.",
+     F(trusted_keys_file), NOCOUNT},
+    {"revoked_tokens_file", KT_STRING, NULL, 0, 0, "FILE",
+     "Revoked token IDs, one lower-case hex ID per line; reloaded on SIGHUP.",
+     F(revoked_tokens_file), NOCOUNT},
+    {"ipc_boundary", KT_BOOL, "off", 0, 0, "on|off",
+     "Requests without a token on ipc:// listeners get boundary authority (all capabilities), "
+     "audited with the peer uid. Protect the socket with file permissions.",
+     F(ipc_boundary), NOCOUNT},
+    {"clock_skew_s", KT_INT, "30", 1, 3600, "SECONDS",
+     "Tolerated clock skew on token not-before and expiry.", F(clock_skew_s), NOCOUNT},
+    {"lease_ms", KT_INT, "30000", 100, 3600000, "MS",
+     "Claim lease: a crashed worker's backfill can be taken over after this long.", F(lease_ms),
+     NOCOUNT},
+    {"statement_timeout_ms", KT_INT, "10000", 1, 3600000, "MS",
+     "statement_timeout of each batch and validation statement.", F(statement_timeout_ms), NOCOUNT},
+    {"lock_timeout_ms", KT_INT, "2000", 1, 3600000, "MS",
+     "lock_timeout of each batch and validation statement.", F(lock_timeout_ms), NOCOUNT},
+    {"request_retention_s", KT_INT, "86400", 60, 31536000, "SECONDS",
+     "How long finished admin request records are kept for idempotent replay.",
+     F(request_retention_s), NOCOUNT},
+    {"ipc_socket_mode", KT_MODE, "0600", 0, 0, "0600|0660",
+     "File mode of ipc:// sockets: 0600 (the daemon's user only) or 0660 (its group too).",
+     F(ipc_socket_mode), NOCOUNT},
+    {"log_level", KT_LEVEL, "info", 0, 0, "LEVEL", "debug, info, warn or error (to stderr).",
+     F(log_level), NOCOUNT},
+};
+
+#define NKEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
+_Static_assert(sizeof config_keys / sizeof config_keys[0] == SRV_CONFIG_KEYS,
+               "SRV_CONFIG_KEYS matches the key table");
+
+/* Text values per key while loading. */
+typedef struct config_raw {
+    char *val[SRV_CONFIG_KEYS];
+    char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];
+} config_raw;
+
+static bf_err config_fail(char *diag, size_t cap, bf_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bf_err config_fail(char *diag, size_t cap, bf_err err, const char *fmt, ...)
+{
+    if (diag != NULL && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(diag, cap, fmt, ap);
+        va_end(ap);
+        if (n >= (int)cap && cap > 4)
+            memcpy(diag + cap - 4, "...", 4);
+    }
+    return err;
+}
+
+static int config_key_index(const char *name)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(config_keys[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static bf_err config_raw_set(config_raw *raw, int k, const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bf_err config_raw_set(config_raw *raw, int k, const char *value, const char *fmt, ...)
+{
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return BF_ERR_NOMEM;
+    free(raw->val[k]);
+    raw->val[k] = copy;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw->origin[k], sizeof raw->origin[k], fmt, ap);
+    va_end(ap);
+    return BF_OK;
+}
+
+static void config_raw_free(config_raw *raw)
+{
+    for (int i = 0; i < NKEYS; i++)
+        free(raw->val[i]);
+}
+
+/* ---- the file ------------------------------------------------------------------------------ */
+
+/* Parse one quoted value starting at *p (on the quote) into out; advances *p past it. */
+static bool config_quoted(const char **p, char *out)
+{
+    char q = **p;
+    const char *s = *p + 1;
+    size_t n = 0;
+    for (;;) {
+        if (*s == '\0')
+            return false; /* unterminated */
+        if (*s == q && s[1] == q) {
+            out[n++] = q;
+            s += 2;
+        } else if (*s == q) {
+            s++;
+            break;
+        } else if (*s == '\\' && s[1] != '\0') {
+            out[n++] = s[1];
+            s += 2;
+        } else {
+            out[n++] = *s++;
+        }
+    }
+    out[n] = '\0';
+    *p = s;
+    return true;
+}
+
+/* One line: blank, comment, or key [=] value [# comment]. *key is "" for nothing. Buffers have
+ * the line's length + 1. Returns a static reason on a syntax error, NULL when fine. */
+static const char *config_parse_line(const char *line, char *key, char *value)
+{
+    const char *p = line;
+    key[0] = value[0] = '\0';
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p == '\0' || *p == '#')
+        return NULL;
+    size_t n = 0;
+    if (!isalpha((unsigned char)*p) && *p != '_')
+        return "expected a key";
+    while (isalnum((unsigned char)*p) || *p == '_')
+        key[n++] = (char)tolower((unsigned char)*p++);
+    key[n] = '\0';
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '=')
+        p++;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\'' || *p == '"') {
+        if (!config_quoted(&p, value))
+            return "unterminated quoted value";
+    } else {
+        n = 0;
+        while (*p != '\0' && !isspace((unsigned char)*p) && *p != '#')
+            value[n++] = *p++;
+        value[n] = '\0';
+        if (n == 0)
+            return "missing value (write '' for an empty one)";
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p != '\0' && *p != '#')
+        return "unexpected text after the value (quote values that contain spaces)";
+    return NULL;
+}
+
+static bf_err config_read_file(config_raw *raw, const char *path, char *diag, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return config_fail(diag, cap, BF_ERR_IO, "cannot open configuration file %s: %s", path,
+                           strerror(errno));
+    char *line = NULL, *key = NULL, *value = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    bf_err err = BF_OK;
+    while (err == BF_OK && (len = getline(&line, &line_cap, f)) >= 0) {
+        lineno++;
+        if (len > CONFIG_LINE_MAX) {
+            err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s:%ld: line too long", path,
+                              lineno);
+            break;
+        }
+        free(key);
+        free(value);
+        key = malloc((size_t)len + 1);
+        value = malloc((size_t)len + 1);
+        if (key == NULL || value == NULL) {
+            err = BF_ERR_NOMEM;
+            break;
+        }
+        const char *why = config_parse_line(line, key, value);
+        if (why != NULL) {
+            err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s:%ld: %s", path, lineno, why);
+            break;
+        }
+        if (key[0] == '\0')
+            continue;
+        int k = config_key_index(key);
+        if (k < 0) {
+            err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s:%ld: unknown key \"%.64s\"",
+                              path, lineno, key);
+            break;
+        }
+        err = config_raw_set(raw, k, value, "file %s:%ld", path, lineno);
+    }
+    if (err == BF_OK && ferror(f))
+        err = config_fail(diag, cap, BF_ERR_IO, "cannot read configuration file %s", path);
+    free(line);
+    free(key);
+    free(value);
+    fclose(f);
+    return err;
+}
+
+/* ---- environment --------------------------------------------------------------------------- */
+
+static const char *config_env(char *const envp[], const char *name)
+{
+    if (envp == NULL)
+        return NULL;
+    size_t n = strlen(name);
+    for (size_t i = 0; envp[i] != NULL; i++)
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=')
+            return envp[i] + n + 1;
+    return NULL;
+}
+
+static void config_env_name(const char *key, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "%s", CONFIG_ENV_PREFIX);
+    for (const char *p = key; *p != '\0' && n + 1 < cap; p++)
+        out[n++] = (char)toupper((unsigned char)*p);
+    out[n < cap ? n : cap - 1] = '\0';
+}
+
+static void config_flag_name(const char *key, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = key; *p != '\0' && n + 1 < cap; p++)
+        out[n++] = *p == '_' ? '-' : *p;
+    out[n] = '\0';
+}
+
+/* ---- typed values -------------------------------------------------------------------------- */
+
+static bool config_parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"on", "true", "yes", "1"};
+    static const char *const no[] = {"off", "false", "no", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool config_parse_level(const char *s, bf_log_level *out)
+{
+    if (strcasecmp(s, "debug") == 0)
+        *out = BF_LOG_DEBUG;
+    else if (strcasecmp(s, "info") == 0)
+        *out = BF_LOG_INFO;
+    else if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0)
+        *out = BF_LOG_WARN;
+    else if (strcasecmp(s, "error") == 0)
+        *out = BF_LOG_ERROR;
+    else
+        return false;
+    return true;
+}
+
+const char *srv_log_level_name(bf_log_level level)
+{
+    switch (level) {
+    case BF_LOG_DEBUG:
+        return "debug";
+    case BF_LOG_INFO:
+        return "info";
+    case BF_LOG_WARN:
+        return "warn";
+    case BF_LOG_ERROR:
+        return "error";
+    }
+    return "info";
+}
+
+/* Split a comma list into trimmed, non-empty entries. */
+static bf_err config_split(const char *s, char ***out, size_t *count)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    char **items = calloc(cap, sizeof *items);
+    if (items == NULL)
+        return BF_ERR_NOMEM;
+    size_t n = 0;
+    const char *p = s;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        if (end == NULL)
+            end = p + strlen(p);
+        const char *a = p, *b = end;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (b > a) {
+            items[n] = strndup(a, (size_t)(b - a));
+            if (items[n++] == NULL) {
+                for (size_t i = 0; i < n; i++)
+                    free(items[i]);
+                free(items);
+                return BF_ERR_NOMEM;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    *out = items;
+    *count = n;
+    return BF_OK;
+}
+
+static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag, size_t cap)
+{
+    for (int k = 0; k < NKEYS; k++) {
+        const key_def *d = &config_keys[k];
+        const char *v = raw->val[k] ? raw->val[k] : "";
+        if (v[0] == '\0' && d->def != NULL)
+            v = d->def; /* empty means not set: the default applies */
+        void *field = (char *)cfg + d->off;
+        snprintf(cfg->origin[k], sizeof cfg->origin[k], "%s", raw->origin[k]);
+        bool ok = true;
+        switch (d->type) {
+        case KT_STRING:
+            if (v[0] != '\0' && (*(char **)field = strdup(v)) == NULL)
+                return BF_ERR_NOMEM;
+            break;
+        case KT_LIST:
+            if (config_split(v, (char ***)field, (size_t *)((char *)cfg + d->count_off)) != BF_OK)
+                return BF_ERR_NOMEM;
+            break;
+        case KT_INT: {
+            char *end = NULL;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            ok = v[0] != '\0' && *end == '\0' && errno == 0 && n >= d->min && n <= d->max;
+            if (ok)
+                *(int *)field = (int)n;
+            else
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be an integer from %d to %d", raw->origin[k],
+                                   d->name, d->min, d->max);
+            break;
+        }
+        case KT_BOOL:
+            if (!config_parse_bool(v, (bool *)field))
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s: %s must be on or off",
+                                   raw->origin[k], d->name);
+            break;
+        case KT_MODE: /* octal; only the modes the transport accepts */
+            if (strcmp(v, "0600") == 0 || strcmp(v, "600") == 0)
+                *(int *)field = 0600;
+            else if (strcmp(v, "0660") == 0 || strcmp(v, "660") == 0)
+                *(int *)field = 0660;
+            else
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be 0600 or 0660", raw->origin[k], d->name);
+            break;
+        case KT_LEVEL:
+            if (!config_parse_level(v, (bf_log_level *)field))
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be debug, info, warn or error", raw->origin[k],
+                                   d->name);
+            break;
+        }
+    }
+    return BF_OK;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+static bool config_has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0 && s[strlen(prefix)] != '\0';
+}
+
+static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
+{
+    bf_err bad = BF_ERR_INVALID_ARGUMENT;
+    if (cfg->command == SRV_CMD_HELP || cfg->command == SRV_CMD_VERSION)
+        return BF_OK;
+    if (cfg->database_url == NULL)
+        return config_fail(diag, cap, bad,
+                           "database_url is not set (configuration file, "
+                           "BUZZ_BACKFILL_DATABASE_URL or --database-url)");
+    if (cfg->command == SRV_CMD_MIGRATE)
+        return BF_OK;
+    if (cfg->n_listen == 0)
+        return config_fail(diag, cap, bad,
+                           "listen is not set: give at least one ipc://, tcp:// or tls+tcp:// URL");
+    if (cfg->n_listen > SRV_CONFIG_LISTEN_MAX)
+        return config_fail(diag, cap, bad, "listen has %zu entries; at most %d are supported",
+                           cfg->n_listen, SRV_CONFIG_LISTEN_MAX);
+    bool network = false;
+    for (size_t i = 0; i < cfg->n_listen; i++) {
+        const char *u = cfg->listen[i];
+        if (config_has_prefix(u, "tls+tcp://")) {
+            network = true;
+            if (cfg->tls_cert_key_file == NULL)
+                return config_fail(
+                    diag, cap, bad,
+                    "listen entry %zu is tls+tcp:// but tls_cert_key_file is not set", i + 1);
+        } else if (config_has_prefix(u, "tcp://")) {
+            network = true;
+        } else if (!config_has_prefix(u, "ipc://")) {
+            return config_fail(diag, cap, bad,
+                               "listen entry %zu: expected ipc://, tcp:// or tls+tcp://", i + 1);
+        }
+    }
+    if (network && cfg->trusted_keys_file == NULL)
+        return config_fail(diag, cap, bad,
+                           "tcp:// and tls+tcp:// listeners need trusted_keys_file: only tokens "
+                           "authorize requests there");
+    if (cfg->trusted_keys_file == NULL && !cfg->ipc_boundary)
+        return config_fail(diag, cap, bad,
+                           "no request can be authorized: set trusted_keys_file or "
+                           "ipc_boundary = on");
+    if (cfg->trusted_keys_file != NULL && cfg->token_audience == NULL)
+        return config_fail(diag, cap, bad, "token_audience is required with trusted_keys_file");
+    return BF_OK;
+}
+
+/* ---- flags --------------------------------------------------------------------------------- */
+
+static bf_err config_flags(srv_config *cfg, config_raw *flags, int argc, char *const argv[],
+                           char *diag, size_t cap)
+{
+    struct option opts[SRV_CONFIG_KEYS + 4];
+    char names[SRV_CONFIG_KEYS][40];
+    for (int k = 0; k < NKEYS; k++) {
+        config_flag_name(config_keys[k].name, names[k], sizeof names[k]);
+        opts[k] = (struct option){names[k], required_argument, NULL, CONFIG_OPT_BASE + k};
+    }
+    opts[NKEYS] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[NKEYS + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[NKEYS + 2] = (struct option){"version", no_argument, NULL, 'V'};
+    opts[NKEYS + 3] = (struct option){NULL, 0, NULL, 0};
+    optind = 0; /* GNU: full re-initialisation, so tests may load more than once */
+    opterr = 0;
+    int c;
+    bf_err err = BF_OK;
+    while (err == BF_OK && (c = getopt_long(argc, argv, ":c:hV", opts, NULL)) != -1) {
+        if (c == 'c') {
+            free(cfg->config_file);
+            if ((cfg->config_file = strdup(optarg)) == NULL)
+                err = BF_ERR_NOMEM;
+        } else if (c == 'h') {
+            cfg->command = SRV_CMD_HELP;
+        } else if (c == 'V') {
+            cfg->command = SRV_CMD_VERSION;
+        } else if (c >= CONFIG_OPT_BASE && c < CONFIG_OPT_BASE + NKEYS) {
+            err = config_raw_set(flags, c - CONFIG_OPT_BASE, optarg, "flag --%s",
+                                 names[c - CONFIG_OPT_BASE]);
+        } else if (c == ':') {
+            err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "option %.64s needs a value",
+                              argv[optind - 1]);
+        } else {
+            const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+            err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                              "unknown option %.64s (see --help)", arg);
+        }
+    }
+    if (err != BF_OK || cfg->command == SRV_CMD_HELP || cfg->command == SRV_CMD_VERSION)
+        return err;
+    if (argc - optind > 1)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "more than one command given");
+    if (argc - optind == 1) {
+        const char *cmd = argv[optind];
+        if (strcmp(cmd, "run") == 0)
+            cfg->command = SRV_CMD_RUN;
+        else if (strcmp(cmd, "migrate") == 0)
+            cfg->command = SRV_CMD_MIGRATE;
+        else if (strcmp(cmd, "check-config") == 0)
+            cfg->command = SRV_CMD_CHECK_CONFIG;
+        else
+            return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                               "unknown command \"%.32s\": expected run, migrate or check-config",
+                               cmd);
+    }
+    return BF_OK;
+}
+
+bf_err srv_config_load(srv_config *out, int argc, char *const argv[], char *const envp[],
+                       char *diag, size_t diag_len)
+{
+    if (out == NULL || argv == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    srv_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    config_raw raw, flags;
+    memset(&raw, 0, sizeof raw);
+    memset(&flags, 0, sizeof flags);
+    if (diag != NULL && diag_len > 0)
+        diag[0] = '\0';
+    bf_err err = config_flags(&cfg, &flags, argc, argv, diag, diag_len);
+    for (int k = 0; err == BF_OK && k < NKEYS; k++)
+        err = config_raw_set(&raw, k, config_keys[k].def ? config_keys[k].def : "", "default");
+    if (err == BF_OK && cfg.config_file == NULL) {
+        const char *path = config_env(envp, CONFIG_ENV_PREFIX "CONFIG");
+        if (path != NULL && path[0] != '\0' && (cfg.config_file = strdup(path)) == NULL)
+            err = BF_ERR_NOMEM;
+    }
+    if (err == BF_OK && cfg.config_file != NULL && cfg.command != SRV_CMD_HELP &&
+        cfg.command != SRV_CMD_VERSION)
+        err = config_read_file(&raw, cfg.config_file, diag, diag_len);
+    for (int k = 0; err == BF_OK && k < NKEYS; k++) {
+        char name[64];
+        config_env_name(config_keys[k].name, name, sizeof name);
+        const char *v = config_env(envp, name);
+        if (v != NULL)
+            err = config_raw_set(&raw, k, v, "environment %s", name);
+    }
+    for (int k = 0; err == BF_OK && k < NKEYS; k++)
+        if (flags.val[k] != NULL)
+            err = config_raw_set(&raw, k, flags.val[k], "%s", flags.origin[k]);
+    if (err == BF_OK)
+        err = config_convert(&cfg, &raw, diag, diag_len);
+    if (err == BF_OK)
+        err = config_validate(&cfg, diag, diag_len);
+    if (err == BF_ERR_NOMEM)
+        config_fail(diag, diag_len, err, "out of memory");
+    config_raw_free(&raw);
+    config_raw_free(&flags);
+    if (err != BF_OK) {
+        srv_config_fini(&cfg);
+        return err;
+    }
+    *out = cfg;
+    return BF_OK;
+}
+
+static void config_free_list(char **items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(items[i]);
+    free(items);
+}
+
+void srv_config_fini(srv_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->config_file);
+    free(cfg->database_url);
+    config_free_list(cfg->listen, cfg->n_listen);
+    free(cfg->tls_cert_key_file);
+    config_free_list(cfg->modules, cfg->n_modules);
+    free(cfg->token_audience);
+    free(cfg->trusted_keys_file);
+    free(cfg->revoked_tokens_file);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---- redaction ----------------------------------------------------------------------------- */
+
+static void redact_append(char *out, size_t cap, size_t *n, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len && *n + 1 < cap; i++)
+        out[(*n)++] = s[i];
+    out[*n < cap ? *n : cap - 1] = '\0';
+}
+
+/* postgresql://user:password@host/db?password=x: the userinfo password and any password
+ * parameter */
+static void redact_url(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *auth = strstr(s, "://") + 3;
+    redact_append(out, cap, &n, s, (size_t)(auth - s));
+    const char *auth_end = auth + strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (const char *p = auth; p < auth_end; p++)
+        if (*p == '@')
+            at = p;
+    if (at != NULL) {
+        const char *colon = memchr(auth, ':', (size_t)(at - auth));
+        if (colon != NULL) {
+            redact_append(out, cap, &n, auth, (size_t)(colon - auth));
+            redact_append(out, cap, &n, ":****", 5);
+            auth = at;
+        }
+    }
+    redact_append(out, cap, &n, auth, (size_t)(auth_end - auth));
+    size_t path_len = strcspn(auth_end, "?#");
+    redact_append(out, cap, &n, auth_end, path_len);
+    const char *p = auth_end + path_len;
+    while (*p != '\0') {
+        size_t len = strcspn(p + 1, "&#") + 1; /* one "?key=value" or "&key=value" */
+        if (strncasecmp(p + 1, "password=", 9) == 0) {
+            redact_append(out, cap, &n, p, 10);
+            redact_append(out, cap, &n, "****", 4);
+        } else {
+            redact_append(out, cap, &n, p, len);
+        }
+        p += len;
+    }
+}
+
+/* key = value pairs; values may be single-quoted with backslash escapes */
+static void redact_keywords(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *p = s;
+    while (*p != '\0') {
+        const char *start = p;
+        while (isspace((unsigned char)*p))
+            p++;
+        const char *key = p;
+        while (*p != '\0' && *p != '=' && !isspace((unsigned char)*p))
+            p++;
+        size_t key_len = (size_t)(p - key);
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p == '=')
+            p++;
+        while (isspace((unsigned char)*p))
+            p++;
+        const char *value = p;
+        if (*p == '\'') {
+            for (p++; *p != '\0' && *p != '\''; p++)
+                if (*p == '\\' && p[1] != '\0')
+                    p++;
+            if (*p == '\'')
+                p++;
+        } else {
+            while (*p != '\0' && !isspace((unsigned char)*p))
+                p++;
+        }
+        redact_append(out, cap, &n, start, (size_t)(value - start));
+        if (key_len == 8 && strncasecmp(key, "password", 8) == 0)
+            redact_append(out, cap, &n, "****", 4);
+        else
+            redact_append(out, cap, &n, value, (size_t)(p - value));
+        if (p == start) /* no progress: copy one byte */
+            redact_append(out, cap, &n, p++, 1);
+    }
+}
+
+void srv_redact_conninfo(const char *conninfo, char *out, size_t cap)
+{
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    if (conninfo == NULL)
+        return;
+    if (strncmp(conninfo, "postgresql://", 13) == 0 || strncmp(conninfo, "postgres://", 11) == 0)
+        redact_url(conninfo, out, cap);
+    else
+        redact_keywords(conninfo, out, cap);
+}
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+static void config_print_quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static void config_print_list(FILE *f, char *const *items, size_t n)
+{
+    fputc('\'', f);
+    for (size_t i = 0; i < n; i++) {
+        for (const char *s = items[i]; *s; s++) {
+            if (*s == '\'' || *s == '\\')
+                fputc('\\', f);
+            fputc(*s, f);
+        }
+        if (i + 1 < n)
+            fputs(", ", f);
+    }
+    fputc('\'', f);
+}
+
+void srv_config_print(FILE *f, const srv_config *cfg)
+{
+    fprintf(f, "# buzz-backfilld effective configuration (secrets redacted)\n");
+    if (cfg->config_file != NULL)
+        fprintf(f, "# configuration file: %s\n", cfg->config_file);
+    for (int k = 0; k < NKEYS; k++) {
+        const key_def *d = &config_keys[k];
+        const void *field = (const char *)cfg + d->off;
+        fprintf(f, "%s = ", d->name);
+        switch (d->type) {
+        case KT_STRING: {
+            const char *s = *(char *const *)field;
+            if (s != NULL && strcmp(d->name, SECRET_KEY) == 0) {
+                size_t cap = strlen(s) + 16;
+                char *red = malloc(cap);
+                if (red != NULL)
+                    srv_redact_conninfo(s, red, cap);
+                config_print_quoted(f, red ? red : "(redacted)");
+                free(red);
+            } else {
+                config_print_quoted(f, s ? s : "");
+            }
+            break;
+        }
+        case KT_LIST:
+            config_print_list(f, *(char **const *)field,
+                              *(const size_t *)((const char *)cfg + d->count_off));
+            break;
+        case KT_INT:
+            fprintf(f, "%d", *(const int *)field);
+            break;
+        case KT_BOOL:
+            fputs(*(const bool *)field ? "on" : "off", f);
+            break;
+        case KT_MODE:
+            fprintf(f, "'%04o'", (unsigned)*(const int *)field);
+            break;
+        case KT_LEVEL:
+            fputs(srv_log_level_name(*(const bf_log_level *)field), f);
+            break;
+        }
+        fprintf(f, "  # %s\n", cfg->origin[k][0] ? cfg->origin[k] : "default");
+    }
+}
+
+static const char *config_type_hint(const key_def *d)
+{
+    switch (d->type) {
+    case KT_BOOL:
+        return "on|off";
+    case KT_INT:
+        return "integer";
+    case KT_LIST:
+        return "comma list";
+    case KT_LEVEL:
+        return "level";
+    case KT_MODE:
+        return "octal mode";
+    case KT_STRING:
+        break;
+    }
+    return "string";
+}
+
+/* Words of text on lines of at most 80 columns, each indented. */
+static void config_print_wrapped(FILE *f, int indent, const char *text)
+{
+    const int width = 80;
+    int col = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        while (*p == ' ')
+            p++;
+        int len = (int)strcspn(p, " ");
+        if (len == 0)
+            break;
+        if (col > 0 && col + 1 + len > width) {
+            fputc('\n', f);
+            col = 0;
+        }
+        if (col == 0)
+            col = fprintf(f, "%*s", indent, "");
+        else
+            col += fprintf(f, " ");
+        col += fprintf(f, "%.*s", len, p);
+        p += len;
+    }
+    fputc('\n', f);
+}
+
+void srv_config_usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "Usage: %s [OPTION]... [run|migrate|check-config]\n"
+            "\n"
+            "The buzz-backfill engine service: runs durable PostgreSQL backfills and serves\n"
+            "the Admin and Readiness APIs over nng (ipc://, tcp://, tls+tcp://).\n"
+            "\n"
+            "Commands:\n"
+            "  run            serve and run workers until SIGTERM or SIGINT (default)\n"
+            "  migrate        apply the engine's schema migrations, then exit\n"
+            "  check-config   validate the configuration and print it with secrets redacted;\n"
+            "                 exit 0 when valid, 1 otherwise\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE   read settings from FILE (key = value lines, # comments);\n"
+            "                      default: $BUZZ_BACKFILL_CONFIG, else no file\n"
+            "  -h, --help          show this help and exit\n"
+            "  -V, --version       show the version and exit\n"
+            "\n"
+            "Settings: a file key, the environment variable BUZZ_BACKFILL_<KEY> and the flag\n"
+            "--<key-with-dashes>. Flags override the environment, which overrides the file.\n"
+            "Booleans take on/off (true/false, yes/no, 1/0). An empty value means not set.\n"
+            "\n",
+            prog);
+    for (int k = 0; k < NKEYS; k++) {
+        const key_def *d = &config_keys[k];
+        char flag[40], env[64];
+        config_flag_name(d->name, flag, sizeof flag);
+        config_env_name(d->name, env, sizeof env);
+        fprintf(f, "  --%s %s   (%s; default: %s)\n      file: %s   env: %s\n", flag, d->metavar,
+                config_type_hint(d), d->def ? d->def : "not set", d->name, env);
+        config_print_wrapped(f, 6, d->help);
+    }
+    fprintf(f, "\nSignals: SIGTERM/SIGINT stop gracefully (the batch in flight commits or rolls\n"
+               "back, claims are released); SIGHUP reloads trusted keys and revoked tokens.\n"
+               "Exit status: 0 on success, 1 on any error (configuration, startup, runtime).\n");
+}

@@ -1,0 +1,87 @@
+/*
+ * config.h - the configuration of buzz-backfilld: a key = value file (postgresql.conf style),
+ * BUZZ_BACKFILL_<KEY> environment variables overriding it, and command-line flags overriding
+ * both. One table in config.c lists every key with its type, default and help text; --help,
+ * check-config and docs/service.md follow it.
+ *
+ * Thread safety: load once in main() before any thread starts; read-only afterwards.
+ */
+#ifndef BUZZ_SRV_CONFIG_H
+#define BUZZ_SRV_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "buzz/engine.h"
+
+typedef enum srv_command {
+    SRV_CMD_RUN = 0,      /* serve the admin API and run workers (default) */
+    SRV_CMD_MIGRATE,      /* apply the engine migrations and exit */
+    SRV_CMD_CHECK_CONFIG, /* validate, print the effective configuration (redacted), exit */
+    SRV_CMD_HELP,         /* --help */
+    SRV_CMD_VERSION,      /* --version */
+} srv_command;
+
+#define SRV_CONFIG_KEYS       19 /* settings in the table */
+#define SRV_CONFIG_ORIGIN_MAX 160
+#define SRV_CONFIG_LISTEN_MAX                                                                      \
+    8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
+                                                 ..." */
+
+typedef struct srv_config {
+    srv_command command;
+    char *config_file; /* NULL when none was given */
+
+    char *database_url; /* libpq URL or conninfo; secret: print only redacted */
+    char **listen;      /* ipc://, tcp://, tls+tcp:// URLs */
+    size_t n_listen;
+    char *tls_cert_key_file; /* PEM certificate + private key for tls+tcp:// */
+    int threads;             /* transport threads (concurrent requests) */
+    int workers;             /* worker threads (concurrent backfills) */
+    char **modules;          /* definitions modules (.so paths) */
+    size_t n_modules;
+    bool auto_migrate;
+    bool auto_backfill;
+    char *token_audience;
+    char *trusted_keys_file;
+    char *revoked_tokens_file;
+    bool ipc_boundary;
+    int clock_skew_s;
+    int lease_ms;
+    int statement_timeout_ms;
+    int lock_timeout_ms;
+    int request_retention_s;
+    int ipc_socket_mode; /* 0600 or 0660 */
+    bf_log_level log_level;
+
+    /* where each effective value came from, in table order (for check-config) */
+    char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];
+} srv_config;
+
+/*
+ * Parse flags (argv), the configuration file (--config, or BUZZ_BACKFILL_CONFIG in envp), the
+ * environment (envp: "NAME=value" strings, NULL-terminated; may be NULL) and validate the result
+ * for the chosen command. Precedence: defaults < file < environment < flags. Unknown file keys,
+ * malformed lines and invalid values are errors naming their origin ("file x.conf:12: ...").
+ * Environment variables with the prefix that name no key are ignored (clients share the prefix).
+ * On error: BF_ERR_INVALID_ARGUMENT (or BF_ERR_IO for an unreadable file) with a one-line reason
+ * in diag, and nothing to free. On BF_OK, release with srv_config_fini().
+ */
+bf_err srv_config_load(srv_config *out, int argc, char *const argv[], char *const envp[],
+                       char *diag, size_t diag_len);
+void srv_config_fini(srv_config *cfg);
+
+/* --help text: commands, options and every key with its flag, environment name and default. */
+void srv_config_usage(FILE *f, const char *prog);
+
+/* The effective configuration as a valid configuration file, with each value's origin as a
+ * comment. The database password is redacted. */
+void srv_config_print(FILE *f, const srv_config *cfg);
+
+/* A libpq URL or key=value conninfo with its password replaced by "****" (bounded). */
+void srv_redact_conninfo(const char *conninfo, char *out, size_t cap);
+
+const char *srv_log_level_name(bf_log_level level);
+
+#endif /* BUZZ_SRV_CONFIG_H */

@@ -1,0 +1,264 @@
+/*
+ * convert.c - engine structs -> protobuf messages, and the one table from engine errors to wire
+ * status codes.
+ *
+ * Design notes: the wire contract is proto2 so that unknown values have presence. Every field
+ * below is set only when PostgreSQL knows it: no bound before start, no checkpoint before the
+ * first batch, no claim when none is held, no source estimate when the planner had none, no
+ * timestamp that was never written. Counters that PostgreSQL keeps from registration on
+ * (generation, attempts, rows and batches committed) are known, so their zero is real.
+ */
+#include <string.h>
+
+#include "srv.h"
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+#define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
+
+static const struct {
+    bf_err err;
+    srv_code code;
+} err_codes[] = {
+    {BF_OK, SC(OK)},
+    {BF_ERR_INVALID_ARGUMENT, SC(INVALID_ARGUMENT)},
+    {BF_ERR_NOT_FOUND, SC(NOT_FOUND)},
+    {BF_ERR_CONFLICT, SC(FAILED_PRECONDITION)},
+    {BF_ERR_STALE, SC(ABORTED)},
+    {BF_ERR_NO_WORK, SC(FAILED_PRECONDITION)},
+    {BF_ERR_UNAVAILABLE, SC(UNAVAILABLE)},
+    {BF_ERR_TIMEOUT, SC(DEADLINE_EXCEEDED)},
+    /* the service cannot serve until an operator fixes the schema */
+    {BF_ERR_SCHEMA_MISSING, SC(UNAVAILABLE)},
+    {BF_ERR_SCHEMA_TOO_NEW, SC(UNAVAILABLE)},
+    {BF_ERR_SCHEMA_CHECKSUM, SC(UNAVAILABLE)},
+    /* this process cannot act on the row as it stands: the current row travels along */
+    {BF_ERR_INCOMPATIBLE, SC(FAILED_PRECONDITION)},
+    {BF_ERR_UNKNOWN_DEFINITION, SC(FAILED_PRECONDITION)},
+    {BF_ERR_BATCH_BOUND, SC(INTERNAL)},
+    {BF_ERR_PREREQUISITE, SC(FAILED_PRECONDITION)},
+    {BF_ERR_DATA_INVARIANT, SC(FAILED_PRECONDITION)},
+    {BF_ERR_RETRYABLE, SC(UNAVAILABLE)},
+    {BF_ERR_DEFINITION, SC(INTERNAL)},
+    {BF_ERR_VALIDATION_FAILED, SC(FAILED_PRECONDITION)},
+    {BF_ERR_BUSY, SC(ABORTED)},
+    {BF_ERR_IMMUTABLE, SC(FAILED_PRECONDITION)},
+    {BF_ERR_CANCELLED, SC(CANCELLED)},
+    {BF_ERR_NOMEM, SC(RESOURCE_EXHAUSTED)},
+    {BF_ERR_INTERNAL, SC(INTERNAL)},
+    {BF_ERR_UNAUTHENTICATED, SC(UNAUTHENTICATED)},
+    {BF_ERR_PERMISSION_DENIED, SC(PERMISSION_DENIED)},
+    {BF_ERR_RESOURCE_EXHAUSTED, SC(RESOURCE_EXHAUSTED)},
+    {BF_ERR_IO, SC(UNAVAILABLE)},
+};
+
+srv_code srv_code_from_err(bf_err err)
+{
+    for (size_t i = 0; i < sizeof err_codes / sizeof err_codes[0]; i++)
+        if (err_codes[i].err == err)
+            return err_codes[i].code;
+    return SC(UNKNOWN);
+}
+
+/* ---- states ------------------------------------------------------------------------------ */
+
+Buzz__Backfill__V1__State srv_state_to_proto(bf_state state)
+{
+    switch (state) {
+    case BF_STATE_PENDING:
+        return BUZZ__BACKFILL__V1__STATE__PENDING;
+    case BF_STATE_RUNNING:
+        return BUZZ__BACKFILL__V1__STATE__RUNNING;
+    case BF_STATE_PAUSED:
+        return BUZZ__BACKFILL__V1__STATE__PAUSED;
+    case BF_STATE_BLOCKED:
+        return BUZZ__BACKFILL__V1__STATE__BLOCKED;
+    case BF_STATE_FAILED:
+        return BUZZ__BACKFILL__V1__STATE__FAILED;
+    case BF_STATE_VALIDATING:
+        return BUZZ__BACKFILL__V1__STATE__VALIDATING;
+    case BF_STATE_COMPLETED:
+        return BUZZ__BACKFILL__V1__STATE__COMPLETED;
+    }
+    return BUZZ__BACKFILL__V1__STATE__STATE_UNSPECIFIED;
+}
+
+/* ---- the Backfill read model ------------------------------------------------------------- */
+
+/* protobuf-c strings are char *; packing only reads them */
+static char *convert_str(const char *s)
+{
+    return s[0] != '\0' ? (char *)s : NULL;
+}
+
+static Buzz__Backfill__V1__ValidationOutcome convert_outcome(bf_validation_outcome o)
+{
+    switch (o) {
+    case BF_VALIDATION_SUCCESS:
+        return BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__SUCCESS;
+    case BF_VALIDATION_FAILURE:
+        return BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__FAILURE;
+    case BF_VALIDATION_CURRENT_STATE:
+        return BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__CURRENT_STATE;
+    case BF_VALIDATION_NONE:
+        break;
+    }
+    return BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__VALIDATION_OUTCOME_UNSPECIFIED;
+}
+
+static void convert_definition(srv_backfill_msg *m, const bf_backfill *row)
+{
+    Buzz__Backfill__V1__Definition *d = &m->definition;
+    buzz__backfill__v1__definition__init(d);
+    d->description = convert_str(row->description);
+    d->owner = convert_str(row->owner_meta);
+    d->revision = convert_str(row->revision);
+    d->key_types = convert_str(row->key_types);
+    if (row->batch_size > 0) {
+        d->has_batch_size = true;
+        d->batch_size = (uint32_t)row->batch_size;
+    }
+    m->backfill.definition = d;
+}
+
+static void convert_bound(Buzz__Backfill__V1__Backfill *b, const bf_backfill *row)
+{
+    /* NULL bound and not empty: start has not captured one yet, so both stay absent */
+    if (row->has_bound) {
+        b->bound = (char *)row->bound;
+        b->has_bound_empty = true;
+        b->bound_empty = false;
+    } else if (row->bound_empty) {
+        b->has_bound_empty = true;
+        b->bound_empty = true;
+    }
+    if (row->has_checkpoint)
+        b->checkpoint = (char *)row->checkpoint;
+}
+
+static void convert_claim(srv_backfill_msg *m, const bf_backfill *row)
+{
+    if (row->claim_owner[0] == '\0')
+        return;
+    Buzz__Backfill__V1__Claim *c = &m->claim;
+    buzz__backfill__v1__claim__init(c);
+    c->owner = (char *)row->claim_owner;
+    if (row->has_claim_expires) {
+        c->has_expires_at_us = true;
+        c->expires_at_us = row->claim_expires_at;
+    }
+    c->has_valid = true;
+    c->valid = row->claimed;
+    m->backfill.claim = c;
+}
+
+static void convert_retry_and_error(srv_backfill_msg *m, const bf_backfill *row)
+{
+    Buzz__Backfill__V1__Retry *r = &m->retry;
+    buzz__backfill__v1__retry__init(r);
+    r->has_attempts = true;
+    r->attempts = row->attempts > 0 ? (uint32_t)row->attempts : 0;
+    if (row->has_next_attempt) {
+        r->has_next_attempt_at_us = true;
+        r->next_attempt_at_us = row->next_attempt_at;
+    }
+    m->backfill.retry = r;
+
+    if (row->error_class[0] == '\0' && row->error_detail[0] == '\0')
+        return;
+    Buzz__Backfill__V1__Diagnostic *d = &m->error;
+    buzz__backfill__v1__diagnostic__init(d);
+    d->error_class = convert_str(row->error_class);
+    d->detail = convert_str(row->error_detail);
+    m->backfill.error = d;
+}
+
+static void convert_validation(srv_backfill_msg *m, const bf_backfill *row)
+{
+    if (row->validation == BF_VALIDATION_NONE)
+        return;
+    Buzz__Backfill__V1__Validation *v = &m->validation;
+    buzz__backfill__v1__validation__init(v);
+    v->has_outcome = true;
+    v->outcome = convert_outcome(row->validation);
+    v->detail = convert_str(row->validation_detail);
+    if (row->has_validated_at) {
+        v->has_at_us = true;
+        v->at_us = row->validated_at;
+    }
+    v->request_id = convert_str(row->validation_request);
+    m->backfill.last_validation = v;
+}
+
+static void convert_progress(srv_backfill_msg *m, const bf_backfill *row)
+{
+    Buzz__Backfill__V1__Progress *p = &m->progress;
+    buzz__backfill__v1__progress__init(p);
+    p->has_rows_committed = true;
+    p->rows_committed = row->rows_committed;
+    p->has_batches_committed = true;
+    p->batches_committed = row->batches_committed;
+    if (row->has_source_estimate) {
+        p->has_source_estimate = true;
+        p->source_estimate = row->source_estimate;
+    }
+    m->backfill.progress = p;
+}
+
+static void convert_times(srv_backfill_msg *m, const bf_backfill *row)
+{
+    Buzz__Backfill__V1__Times *t = &m->times;
+    buzz__backfill__v1__times__init(t);
+    /* registered_at and updated_at are NOT NULL columns; 0 only for a row never read */
+    if (row->registered_at != 0) {
+        t->has_registered_at_us = true;
+        t->registered_at_us = row->registered_at;
+    }
+    if (row->updated_at != 0) {
+        t->has_updated_at_us = true;
+        t->updated_at_us = row->updated_at;
+    }
+    if (row->has_started_at) {
+        t->has_started_at_us = true;
+        t->started_at_us = row->started_at;
+    }
+    if (row->has_last_progress_at) {
+        t->has_last_progress_at_us = true;
+        t->last_progress_at_us = row->last_progress_at;
+    }
+    if (row->has_completed_at) {
+        t->has_completed_at_us = true;
+        t->completed_at_us = row->completed_at;
+    }
+    if (row->now != 0) {
+        t->has_observed_at_us = true;
+        t->observed_at_us = row->now;
+    }
+    m->backfill.times = t;
+}
+
+void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating)
+{
+    memset(m, 0, sizeof *m);
+    Buzz__Backfill__V1__Backfill *b = &m->backfill;
+    buzz__backfill__v1__backfill__init(b);
+    b->id = (char *)row->id;
+    Buzz__Backfill__V1__State st = srv_state_to_proto(row->state);
+    if (st != BUZZ__BACKFILL__V1__STATE__STATE_UNSPECIFIED) {
+        b->has_state = true;
+        b->state = st;
+    }
+    convert_definition(m, row);
+    b->has_required = true;
+    b->required = row->required;
+    b->has_gating = true;
+    b->gating = gating;
+    convert_bound(b, row);
+    b->has_generation = true;
+    b->generation = row->generation;
+    convert_claim(m, row);
+    convert_retry_and_error(m, row);
+    convert_validation(m, row);
+    convert_progress(m, row);
+    convert_times(m, row);
+}

@@ -1,0 +1,110 @@
+/*
+ * main.c - buzz-backfilld: composes the subsystems in order, serves until SIGTERM or SIGINT,
+ * and takes them down in reverse. The order and its reasons are in startup.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "startup.h"
+#include "transport.h"
+
+#ifndef BUZZ_VERSION
+#define BUZZ_VERSION "0.1.0"
+#endif
+
+extern char **environ;
+
+static int daemon_fail(const char *what, const char *diag)
+{
+    srv_log(BF_LOG_ERROR, "%s: %s", what, diag);
+    return 1;
+}
+
+static int daemon_run(const srv_config *cfg)
+{
+    char diag[512] = "";
+    srv_log_setup(cfg->log_level);
+    if (srv_signals_block() != BF_OK)
+        return daemon_fail("signals", "cannot block termination signals");
+
+    bf_registry *registry = NULL;
+    if (srv_registry_load(&registry, cfg, diag, sizeof diag) != BF_OK)
+        return daemon_fail("definitions", diag);
+
+    srv_auth *auth = NULL;
+    srv_auth_config auth_cfg = srv_auth_config_from(cfg);
+    if (srv_auth_new(&auth, &auth_cfg, diag, sizeof diag) != BF_OK) {
+        bf_registry_free(registry);
+        return daemon_fail("auth", diag);
+    }
+
+    srv_context ctx;
+    srv_context_init(&ctx, cfg, registry, auth);
+
+    int rc = 1;
+    srv_dispatcher *dispatcher = NULL;
+    srv_transport *transport = NULL;
+    srv_startup *startup = NULL;
+    srv_transport_config tcfg = srv_transport_config_from(cfg);
+    if (srv_dispatcher_new(&dispatcher, &ctx) != BF_OK ||
+        srv_dispatcher_add(dispatcher, srv_admin_service(), srv_admin_policies()) != BF_OK ||
+        srv_dispatcher_add(dispatcher, srv_readiness_service(), srv_readiness_policies()) !=
+            BF_OK) {
+        daemon_fail("dispatcher", "cannot register the services");
+    } else if (srv_transport_new(&transport, dispatcher, &ctx, &tcfg, diag, sizeof diag) != BF_OK ||
+               srv_transport_start(transport, diag, sizeof diag) != BF_OK) {
+        daemon_fail("listeners", diag);
+    } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
+        daemon_fail("startup", "cannot start the startup thread");
+    } else {
+        srv_log(BF_LOG_INFO, "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION,
+                cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
+        srv_signals_serve(auth);
+        rc = 0;
+    }
+
+    atomic_store(&ctx.shutting_down, true);
+    srv_startup_stop(startup);
+    srv_transport_stop(transport);
+    srv_startup_free(startup);
+    srv_transport_free(transport);
+    srv_dispatcher_free(dispatcher);
+    srv_auth_free(auth);
+    bf_registry_free(registry);
+    if (rc == 0)
+        srv_log(BF_LOG_INFO, "stopped");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    srv_config cfg;
+    char diag[512] = "";
+    if (srv_config_load(&cfg, argc, argv, environ, diag, sizeof diag) != BF_OK) {
+        fprintf(stderr, "buzz-backfilld: %s\n", diag);
+        return 1;
+    }
+    int rc = 0;
+    switch (cfg.command) {
+    case SRV_CMD_HELP:
+        srv_config_usage(stdout, "buzz-backfilld");
+        break;
+    case SRV_CMD_VERSION:
+        printf("buzz-backfilld %s\n", BUZZ_VERSION);
+        break;
+    case SRV_CMD_CHECK_CONFIG:
+        srv_config_print(stdout, &cfg);
+        break;
+    case SRV_CMD_MIGRATE:
+        srv_log_setup(cfg.log_level);
+        rc = srv_migrate_command(&cfg);
+        break;
+    case SRV_CMD_RUN:
+        rc = daemon_run(&cfg);
+        break;
+    }
+    srv_config_fini(&cfg);
+    return rc;
+}

@@ -1,0 +1,568 @@
+/*
+ * startup.c - what main.c composes: logging, signals, the context, the subsystems'
+ * configuration, the migrate command, and the startup sequence of DESIGN.md with its workers.
+ *
+ * Design notes: the admin listener is up before this sequence begins, so operators can inspect
+ * and recover while serving is gated. The sequence runs on one thread and waits out what it
+ * cannot change: an unreachable database (retry with backoff) and a missing or incompatible
+ * schema (reported, re-checked; with auto_migrate off no backfill ever stands in for a
+ * migration). Every definition is registered before anything is started, so the required set
+ * is complete before the gate can open; Readiness reads that gate from PostgreSQL by itself.
+ * Pending required backfills are started only in automatic mode. Workers run in every mode:
+ * already-started work (running, validating) is recovered whether or not automatic backfills
+ * are on. Each worker thread owns its engine session and bf_worker; stopping sets the worker's
+ * stop flag, so the batch in flight commits or rolls back and the claim is released.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "startup.h"
+
+#define STARTUP_BACKOFF_MIN_MS  250
+#define STARTUP_BACKOFF_MAX_MS  10000
+#define STARTUP_SCHEMA_RECHECK  5000 /* ms between schema checks while it is incompatible */
+#define STARTUP_PRUNE_MIN_MS    60000
+#define STARTUP_PRUNE_MAX_MS    3600000
+#define STARTUP_CONNECT_TIMEOUT "10"
+#define LOG_LINE_MAX            1024
+
+_Static_assert(SRV_CONFIG_LISTEN_MAX == SRV_TRANSPORT_MAX_LISTENERS,
+               "the configuration accepts what the transport serves");
+
+/* ---- logging ------------------------------------------------------------------------------- */
+
+static _Atomic int log_min_level = BF_LOG_INFO;
+
+void srv_log_setup(bf_log_level min_level)
+{
+    atomic_store(&log_min_level, (int)min_level);
+}
+
+void srv_log_sink(void *arg, bf_log_level level, const char *msg)
+{
+    if ((int)level < atomic_load(&log_min_level))
+        return;
+    char line[LOG_LINE_MAX + 32];
+    size_t n = 0, len = strlen(msg);
+    for (size_t i = 0; i < len && n < LOG_LINE_MAX; i++) /* one line, no control bytes */
+        line[n++] = (unsigned char)msg[i] < 0x20 ? ' ' : msg[i];
+    while (n > 0 && line[n - 1] == ' ')
+        n--;
+    if (len > LOG_LINE_MAX)
+        n +=
+            (size_t)snprintf(line + n, sizeof line - n, "... (%zu more bytes)", len - LOG_LINE_MAX);
+    line[n] = '\0';
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ldZ buzz-backfilld[%ld] %s: %s\n", when, ts.tv_nsec / 1000000,
+            (long)getpid(), srv_log_level_name(level), line);
+}
+
+void srv_log(bf_log_level level, const char *fmt, ...)
+{
+    char msg[LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_log_sink(NULL, level, msg);
+}
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+static void signals_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+}
+
+bf_err srv_signals_block(void)
+{
+    sigset_t set;
+    signals_set(&set);
+    signal(SIGPIPE, SIG_IGN);
+    return pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 ? BF_OK : BF_ERR_INTERNAL;
+}
+
+void srv_signals_serve(srv_auth *auth)
+{
+    sigset_t set;
+    signals_set(&set);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP) {
+            srv_log(BF_LOG_INFO, "received %s: shutting down",
+                    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            return;
+        }
+        char diag[256] = "";
+        bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
+        if (err == BF_OK)
+            srv_log(BF_LOG_INFO, "SIGHUP: trusted keys and revoked tokens reloaded");
+        else
+            srv_log(BF_LOG_ERROR, "SIGHUP: reload failed, previous keys stay in force: %s", diag);
+    }
+}
+
+/* ---- composition helpers ------------------------------------------------------------------- */
+
+bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, size_t diag_len)
+{
+    bf_registry *reg = NULL;
+    bf_err err = bf_registry_new(&reg);
+    if (err != BF_OK) {
+        snprintf(diag, diag_len, "cannot create the definitions registry");
+        return err;
+    }
+    for (size_t i = 0; i < cfg->n_modules; i++) {
+        char why[256] = "";
+        err = bf_registry_load_module(reg, cfg->modules[i], why, sizeof why);
+        if (err != BF_OK) {
+            snprintf(diag, diag_len, "cannot load definitions module %s: %s", cfg->modules[i],
+                     why[0] ? why : bf_err_str(err));
+            bf_registry_free(reg);
+            return err;
+        }
+        srv_log(BF_LOG_INFO, "loaded definitions module %s", cfg->modules[i]);
+    }
+    if (bf_registry_count(reg) == 0)
+        srv_log(BF_LOG_WARN, "no definitions loaded: this process serves the admin API and runs "
+                             "no backfill");
+    *out = reg;
+    return BF_OK;
+}
+
+srv_auth_config srv_auth_config_from(const srv_config *cfg)
+{
+    srv_auth_config a = {
+        /* without trusted keys no token can verify, so the audience is never compared */
+        .audience = cfg->token_audience ? cfg->token_audience : "(no tokens)",
+        .trusted_keys_file = cfg->trusted_keys_file,
+        .revoked_file = cfg->revoked_tokens_file,
+        .clock_skew_s = cfg->clock_skew_s,
+        .ipc_boundary = cfg->ipc_boundary,
+        .ipc_boundary_caps = 0,
+    };
+    return a;
+}
+
+srv_transport_config srv_transport_config_from(const srv_config *cfg)
+{
+    srv_transport_config t = {
+        .urls = (const char *const *)cfg->listen,
+        .n_urls = cfg->n_listen,
+        .threads = cfg->threads,
+        .ipc_mode = cfg->ipc_socket_mode,
+        .tls_cert_file = cfg->tls_cert_key_file,
+        .tls_key_file = NULL,
+    };
+    return t;
+}
+
+void srv_context_init(srv_context *ctx, const srv_config *cfg, const bf_registry *registry,
+                      srv_auth *auth)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->registry = registry;
+    ctx->auth = auth;
+    ctx->conninfo = cfg->database_url;
+    ctx->auto_migrate = cfg->auto_migrate;
+    ctx->auto_backfill = cfg->auto_backfill;
+    ctx->request_retention_s = cfg->request_retention_s;
+    ctx->engine_cfg = (bf_config){
+        .conninfo = cfg->database_url,
+        .lease_ms = cfg->lease_ms,
+        .statement_timeout_ms = cfg->statement_timeout_ms,
+        .lock_timeout_ms = cfg->lock_timeout_ms,
+        .log = srv_log_sink,
+    };
+    atomic_init(&ctx->shutting_down, false);
+    /* half the transport threads may hold a readiness wait; the rest stay free for the rest */
+    ctx->readiness_waiters_max = cfg->threads / 2;
+    atomic_init(&ctx->readiness_waiters, 0);
+    /* a conninfo's own connect_timeout still wins: this is only libpq's default */
+    setenv("PGCONNECT_TIMEOUT", STARTUP_CONNECT_TIMEOUT, 0);
+}
+
+static bool startup_transient(bf_err err)
+{
+    return err == BF_ERR_UNAVAILABLE || err == BF_ERR_RETRYABLE || err == BF_ERR_TIMEOUT ||
+           err == BF_ERR_IO;
+}
+
+int srv_migrate_command(const srv_config *cfg)
+{
+    srv_context ctx;
+    srv_context_init(&ctx, cfg, NULL, NULL);
+    bf_engine *e = NULL;
+    bf_err err = bf_engine_open(&e, &ctx.engine_cfg, NULL);
+    if (err != BF_OK) {
+        srv_log(BF_LOG_ERROR, "migrate: %s", bf_err_str(err));
+        return 1;
+    }
+    int version = 0;
+    err = bf_migrate(e);
+    if (err == BF_OK)
+        err = bf_schema_check(e, &version);
+    if (err == BF_OK)
+        srv_log(BF_LOG_INFO, "migrate: engine schema is at version %d", version);
+    else
+        srv_log(BF_LOG_ERROR, "migrate: %s: %s", bf_err_str(err), bf_engine_diag(e));
+    bf_engine_close(e);
+    return err == BF_OK ? 0 : 1;
+}
+
+/* ---- the startup sequence ------------------------------------------------------------------ */
+
+typedef struct startup_worker {
+    srv_startup *s;
+    int index;
+    pthread_t thread;
+    bool started;
+    bf_worker *worker; /* while bf_worker_run() runs; guarded by s->mtx */
+} startup_worker;
+
+struct srv_startup {
+    srv_context *ctx;
+    const srv_config *cfg;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool stopping;
+    startup_worker *workers;
+    int n_workers;
+};
+
+/* Sleep up to ms unless stopping; returns false when stopping. */
+static bool startup_pause(srv_startup *s, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mtx);
+    while (!s->stopping && pthread_cond_timedwait(&s->cond, &s->mtx, &until) != ETIMEDOUT)
+        ;
+    bool go_on = !s->stopping;
+    pthread_mutex_unlock(&s->mtx);
+    return go_on;
+}
+
+static bool startup_stopping(srv_startup *s)
+{
+    pthread_mutex_lock(&s->mtx);
+    bool stop = s->stopping;
+    pthread_mutex_unlock(&s->mtx);
+    return stop;
+}
+
+static int startup_next_backoff(int ms)
+{
+    return ms < STARTUP_BACKOFF_MAX_MS / 2 ? ms * 2 : STARTUP_BACKOFF_MAX_MS;
+}
+
+static bf_engine *startup_connect(srv_startup *s, const char *owner)
+{
+    bf_config cfg = s->ctx->engine_cfg;
+    cfg.owner = owner;
+    int backoff = STARTUP_BACKOFF_MIN_MS;
+    for (;;) {
+        bf_engine *e = NULL;
+        bf_err err = bf_engine_open(&e, &cfg, s->ctx->registry);
+        if (err == BF_OK)
+            return e;
+        srv_log(BF_LOG_WARN, "database: %s; retrying in %d ms", bf_err_str(err), backoff);
+        if (!startup_pause(s, backoff))
+            return NULL;
+        backoff = startup_next_backoff(backoff);
+    }
+}
+
+/* Migrations (auto_migrate) or the compatibility check, until the schema is right. */
+static bool startup_schema(srv_startup *s, bf_engine *e)
+{
+    int backoff = STARTUP_BACKOFF_MIN_MS;
+    bf_err last = BF_OK;
+    for (;;) {
+        bf_err err = s->cfg->auto_migrate ? bf_migrate(e) : BF_OK;
+        int version = 0;
+        if (err == BF_OK)
+            err = bf_schema_check(e, &version);
+        if (err == BF_OK) {
+            srv_log(BF_LOG_INFO, "engine schema version %d %s", version,
+                    s->cfg->auto_migrate ? "(migrations applied)" : "(checked; auto_migrate off)");
+            return true;
+        }
+        int wait = backoff;
+        if (startup_transient(err)) {
+            backoff = startup_next_backoff(backoff);
+        } else {
+            wait = STARTUP_SCHEMA_RECHECK; /* an operator has to act: re-check now and then */
+            srv_log(err == last ? BF_LOG_DEBUG : BF_LOG_ERROR,
+                    "engine schema: %s: %s; not ready, re-checking every %d s%s", bf_err_str(err),
+                    bf_engine_diag(e), STARTUP_SCHEMA_RECHECK / 1000,
+                    s->cfg->auto_migrate ? "" : " (run buzz-backfilld migrate, or auto_migrate)");
+        }
+        last = err;
+        if (!startup_pause(s, wait))
+            return false;
+    }
+}
+
+/* Register every definition (idempotent). A definition whose stored row it cannot interpret is
+ * reported and left alone: workers never claim it (claims check the key types). */
+static bool startup_register(srv_startup *s, bf_engine *e)
+{
+    int backoff = STARTUP_BACKOFF_MIN_MS;
+    size_t i = 0, n = bf_registry_count(s->ctx->registry);
+    while (i < n) {
+        const bf_definition *d = bf_registry_at(s->ctx->registry, i);
+        bf_err err = bf_register(e, d);
+        if (err == BF_OK || err == BF_ERR_INCOMPATIBLE) {
+            if (err != BF_OK)
+                srv_log(BF_LOG_ERROR, "cannot register %s: %s; it will not run here", d->id,
+                        bf_engine_diag(e));
+            i++;
+            continue;
+        }
+        srv_log(BF_LOG_WARN, "registration: %s; retrying in %d ms", bf_err_str(err), backoff);
+        if (!startup_pause(s, backoff))
+            return false;
+        backoff = startup_next_backoff(backoff);
+    }
+    srv_log(BF_LOG_INFO, "registered %zu definition%s", n, n == 1 ? "" : "s");
+    return true;
+}
+
+static bool startup_start_required(srv_startup *s, bf_engine *e)
+{
+    if (!s->cfg->auto_backfill) {
+        srv_log(BF_LOG_INFO, "manual mode: pending backfills wait for an operator's start");
+        return true;
+    }
+    bf_actor who = {NULL, "automatic startup", NULL};
+    int backoff = STARTUP_BACKOFF_MIN_MS;
+    for (;;) {
+        int started = 0;
+        bf_err err = bf_start_required(e, &who, &started);
+        if (err == BF_OK) {
+            srv_log(BF_LOG_INFO, "automatic mode: started %d pending required backfill%s", started,
+                    started == 1 ? "" : "s");
+            return true;
+        }
+        if (!startup_transient(err)) {
+            /* the row stays pending and keeps the gate closed; an operator can see why */
+            srv_log(BF_LOG_ERROR, "automatic start: %s: %s", bf_err_str(err), bf_engine_diag(e));
+            return true;
+        }
+        srv_log(BF_LOG_WARN, "automatic start: %s; retrying in %d ms", bf_err_str(err), backoff);
+        if (!startup_pause(s, backoff))
+            return false;
+        backoff = startup_next_backoff(backoff);
+    }
+}
+
+/* ---- workers ------------------------------------------------------------------------------- */
+
+static void worker_after_step(void *arg, const bf_step_info *info)
+{
+    switch (info->step) {
+    case BF_STEP_BATCH:
+        srv_log(BF_LOG_DEBUG, "%s: batch committed, %ld keys, %ld rows changed", info->id,
+                info->rows, info->touched);
+        break;
+    case BF_STEP_VALIDATING:
+        srv_log(BF_LOG_INFO, "%s: reached its bound, validating", info->id);
+        break;
+    case BF_STEP_COMPLETED:
+        srv_log(BF_LOG_INFO, "%s: validated and completed", info->id);
+        break;
+    case BF_STEP_RETRY:
+        srv_log(BF_LOG_WARN, "%s: attempt failed, retry scheduled: %s", info->id, info->detail);
+        break;
+    case BF_STEP_FAILED:
+        srv_log(BF_LOG_ERROR, "%s: failed: %s", info->id, info->detail);
+        break;
+    case BF_STEP_BLOCKED:
+        srv_log(BF_LOG_WARN, "%s: blocked: %s", info->id, info->detail);
+        break;
+    case BF_STEP_LOST:
+        srv_log(BF_LOG_WARN, "%s: claim lost (paused, expired or taken over)", info->id);
+        break;
+    case BF_STEP_IDLE:
+        break;
+    }
+}
+
+static void *startup_worker_main(void *arg)
+{
+    startup_worker *sw = arg;
+    srv_startup *s = sw->s;
+    char host[64] = "host", owner[BF_OWNER_MAX];
+    (void)gethostname(host, sizeof host - 1);
+    snprintf(owner, sizeof owner, "%s:%ld:w%d", host, (long)getpid(), sw->index);
+    bf_engine *e = NULL;
+    int backoff = STARTUP_BACKOFF_MIN_MS;
+    while (!startup_stopping(s)) {
+        if (e == NULL && (e = startup_connect(s, owner)) == NULL)
+            break;
+        bf_worker_hooks hooks = {NULL, worker_after_step, NULL};
+        bf_worker *w = NULL;
+        bf_err err = bf_worker_new(&w, e, &hooks);
+        if (err == BF_OK) {
+            pthread_mutex_lock(&s->mtx);
+            bool stop = s->stopping;
+            sw->worker = stop ? NULL : w;
+            pthread_mutex_unlock(&s->mtx);
+            err = stop ? BF_OK : bf_worker_run(w, false);
+            pthread_mutex_lock(&s->mtx);
+            sw->worker = NULL;
+            pthread_mutex_unlock(&s->mtx);
+            bf_worker_free(w); /* releases a claim still held */
+        }
+        if (err == BF_OK) {
+            backoff = STARTUP_BACKOFF_MIN_MS;
+            continue; /* stopped, or nothing more to do: the loop condition decides */
+        }
+        srv_log(BF_LOG_WARN, "worker %d: %s: %s; restarting in %d ms", sw->index, bf_err_str(err),
+                bf_engine_diag(e), backoff);
+        if (!startup_pause(s, backoff))
+            break;
+        backoff = startup_next_backoff(backoff);
+    }
+    bf_engine_close(e);
+    return NULL;
+}
+
+static void startup_spawn_workers(srv_startup *s)
+{
+    int n = s->cfg->workers;
+    startup_worker *workers = calloc(n > 0 ? (size_t)n : 1, sizeof *workers);
+    if (workers == NULL) {
+        srv_log(BF_LOG_ERROR, "out of memory: no workers started");
+        return;
+    }
+    /* under the lock: srv_startup_stop() walks this array from another thread */
+    pthread_mutex_lock(&s->mtx);
+    s->workers = workers;
+    for (int i = 0; i < n && !s->stopping; i++) {
+        startup_worker *sw = &workers[i];
+        sw->s = s;
+        sw->index = i + 1;
+        if (pthread_create(&sw->thread, NULL, startup_worker_main, sw) != 0) {
+            srv_log(BF_LOG_ERROR, "cannot start worker thread %d", i + 1);
+            break;
+        }
+        sw->started = true;
+        s->n_workers = i + 1;
+    }
+    int started = s->n_workers;
+    pthread_mutex_unlock(&s->mtx);
+    srv_log(BF_LOG_INFO, "%d worker%s recovering and advancing started backfills", started,
+            started == 1 ? "" : "s");
+}
+
+static void startup_prune_loop(srv_startup *s, bf_engine *e)
+{
+    int retention = s->cfg->request_retention_s;
+    long interval = (long)retention * 100; /* a tenth of the retention, in ms */
+    if (interval < STARTUP_PRUNE_MIN_MS)
+        interval = STARTUP_PRUNE_MIN_MS;
+    if (interval > STARTUP_PRUNE_MAX_MS)
+        interval = STARTUP_PRUNE_MAX_MS;
+    do {
+        long deleted = 0;
+        bf_err err = bf_request_prune(e, retention, &deleted);
+        if (err != BF_OK)
+            srv_log(BF_LOG_WARN, "request pruning: %s", bf_err_str(err));
+        else if (deleted > 0)
+            srv_log(BF_LOG_INFO, "pruned %ld request record%s older than %d s", deleted,
+                    deleted == 1 ? "" : "s", retention);
+    } while (startup_pause(s, (int)interval));
+}
+
+static void *startup_main(void *arg)
+{
+    srv_startup *s = arg;
+    srv_log(BF_LOG_INFO, "startup: auto_migrate=%s auto_backfill=%s",
+            s->cfg->auto_migrate ? "on" : "off", s->cfg->auto_backfill ? "on" : "off");
+    bf_engine *e = startup_connect(s, NULL);
+    if (e != NULL && startup_schema(s, e) && startup_register(s, e) &&
+        startup_start_required(s, e)) {
+        startup_spawn_workers(s);
+        srv_log(BF_LOG_INFO, "startup complete");
+        startup_prune_loop(s, e);
+    }
+    for (int i = 0; i < s->n_workers; i++)
+        if (s->workers[i].started)
+            pthread_join(s->workers[i].thread, NULL);
+    bf_engine_close(e);
+    return NULL;
+}
+
+bf_err srv_startup_begin(srv_startup **out, srv_context *ctx, const srv_config *cfg)
+{
+    srv_startup *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return BF_ERR_NOMEM;
+    s->ctx = ctx;
+    s->cfg = cfg;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&s->mtx, NULL);
+    if (pthread_create(&s->thread, NULL, startup_main, s) != 0) {
+        srv_startup_free(s);
+        return BF_ERR_INTERNAL;
+    }
+    s->thread_started = true;
+    *out = s;
+    return BF_OK;
+}
+
+void srv_startup_stop(srv_startup *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mtx);
+    s->stopping = true;
+    for (int i = 0; i < s->n_workers; i++)
+        bf_worker_stop(s->workers[i].worker); /* NULL-safe */
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mtx);
+}
+
+void srv_startup_free(srv_startup *s)
+{
+    if (s == NULL)
+        return;
+    srv_startup_stop(s);
+    if (s->thread_started)
+        pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mtx);
+    free(s->workers);
+    free(s);
+}

@@ -1,0 +1,68 @@
+/*
+ * startup.h - the parts main.c composes: logging, signals, the context and its subsystems'
+ * configuration, and the startup sequence of DESIGN.md with the workers it ends in.
+ *
+ * Order (main.c): config -> logging -> signals blocked -> definitions modules -> auth ->
+ * dispatcher + transport (the admin listener answers from here on, while serving is gated) ->
+ * srv_startup_begin(), which runs on its own thread:
+ *   database (retry with backoff) -> migrations (auto_migrate) or bf_schema_check (a missing or
+ *   incompatible schema is reported and re-checked, never papered over) -> registration of every
+ *   definition (the complete required set, before anything starts) -> bf_start_required
+ *   (auto_backfill only) -> worker threads, which recover already-started work in every mode ->
+ *   periodic pruning of the request table.
+ * Readiness never waits for this sequence: it reads PostgreSQL on every call.
+ */
+#ifndef BUZZ_SRV_STARTUP_H
+#define BUZZ_SRV_STARTUP_H
+
+#include "config.h"
+#include "srv.h"
+#include "transport.h"
+
+/* ---- logging: one line per message on stderr --------------------------------------------- */
+
+void srv_log_setup(bf_log_level min_level);
+/* A bf_log_fn (engine, dispatcher and transport log through the context's engine_cfg.log). */
+void srv_log_sink(void *arg, bf_log_level level, const char *msg);
+void srv_log(bf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+/* Block SIGTERM, SIGINT and SIGHUP and ignore SIGPIPE in the calling thread; call before any
+ * thread starts so every thread inherits the mask and only srv_signals_serve() receives them. */
+bf_err srv_signals_block(void);
+/* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload); SIGTERM or SIGINT
+ * returns. */
+void srv_signals_serve(srv_auth *auth);
+
+/* ---- composition helpers ------------------------------------------------------------------- */
+
+/* Load every configured definitions module into a new registry (all or nothing). */
+bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, size_t diag_len);
+
+/* The subsystems' configurations, borrowing strings from cfg. */
+srv_auth_config srv_auth_config_from(const srv_config *cfg);
+srv_transport_config srv_transport_config_from(const srv_config *cfg);
+
+/* Fill a context from the configuration (registry and auth may be NULL). Also sets libpq's
+ * default connect timeout (PGCONNECT_TIMEOUT) when the environment has none, so startup and
+ * shutdown are never stuck on an unreachable host. Call before threads start. */
+void srv_context_init(srv_context *ctx, const srv_config *cfg, const bf_registry *registry,
+                      srv_auth *auth);
+
+/* The migrate command: apply the engine migrations once; 0 on success, 1 on failure. */
+int srv_migrate_command(const srv_config *cfg);
+
+/* ---- the startup sequence and the workers ------------------------------------------------ */
+
+typedef struct srv_startup srv_startup;
+
+/* Start the sequence above on its own thread. cfg and ctx must outlive the srv_startup. */
+bf_err srv_startup_begin(srv_startup **out, srv_context *ctx, const srv_config *cfg);
+/* Ask the sequence and every worker to stop: a batch in flight commits or rolls back, claims
+ * are released. Returns at once; thread-safe. */
+void srv_startup_stop(srv_startup *s);
+/* Stop, join every thread, close their engines. NULL is a no-op. */
+void srv_startup_free(srv_startup *s);
+
+#endif /* BUZZ_SRV_STARTUP_H */

@@ -1,0 +1,410 @@
+/*
+ * test_daemon_config.c - buzz-backfilld configuration (server/src/config.c) and its command
+ * line: precedence defaults < file < environment < flags, file syntax with quoting and
+ * comments, unknown keys and malformed lines reported with file:line, invalid values reported
+ * with their origin and never echoed, validation per command, and the redaction of the
+ * database password in check-config output (through the real binary as well as the function).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static char tmpdir[64];
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/buzz-config-XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Write a configuration file; returns its path (static buffer). */
+static const char *write_conf(const char *name, const char *text)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Load with argv given as a NULL-terminated list. */
+static bf_err load(srv_config *cfg, char *diag, size_t cap, char *const envp[], ...)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = "buzz-backfilld";
+    va_list ap;
+    va_start(ap, envp);
+    char *a;
+    while ((a = va_arg(ap, char *)) != NULL && argc < 31)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    return srv_config_load(cfg, argc, argv, envp, diag, cap);
+}
+
+static const char base_conf[] = "# a comment line\n"
+                                "\n"
+                                "database_url = 'postgresql://app:pw@db/relay'\n"
+                                "listen = 'ipc:///tmp/x.sock'   # trailing comment\n"
+                                "ipc_boundary = on\n"
+                                "threads = 3\n"
+                                "workers = 5\n"
+                                "log_level = debug\n"
+                                "token_audience = 'from file'\n";
+
+static void test_precedence_file_env_flags(void **state)
+{
+    const char *path = write_conf("prec.conf", base_conf);
+    char *const envp[] = {"BUZZ_BACKFILL_WORKERS=6",
+                          "BUZZ_BACKFILL_LOG_LEVEL=error",
+                          "BUZZ_BACKFILL_TOKEN_AUDIENCE=",
+                          "BUZZ_BACKFILL_UNRELATED=1",
+                          "PATH=/bin",
+                          NULL};
+    srv_config cfg;
+    char diag[256];
+    bf_err err = load(&cfg, diag, sizeof diag, envp, "--config", (char *)path, "--log-level",
+                      "warn", "check-config", NULL);
+    assert_int_equal(err, BF_OK);
+    assert_int_equal(cfg.command, SRV_CMD_CHECK_CONFIG);
+    assert_int_equal(cfg.threads, 3);             /* file */
+    assert_int_equal(cfg.workers, 6);             /* environment over file */
+    assert_int_equal(cfg.log_level, BF_LOG_WARN); /* flag over environment over file */
+    assert_null(cfg.token_audience);              /* an empty environment value unsets */
+    assert_int_equal(cfg.lease_ms, 30000);        /* default */
+    assert_string_equal(cfg.database_url, "postgresql://app:pw@db/relay");
+    assert_int_equal(cfg.n_listen, 1);
+    assert_string_equal(cfg.listen[0], "ipc:///tmp/x.sock");
+    assert_true(cfg.ipc_boundary);
+    /* origins, in table order: database_url is key 0, threads 3, workers 4 */
+    char want[160];
+    snprintf(want, sizeof want, "file %s:3", path);
+    assert_string_equal(cfg.origin[0], want);
+    snprintf(want, sizeof want, "file %s:6", path);
+    assert_string_equal(cfg.origin[3], want);
+    assert_string_equal(cfg.origin[4], "environment BUZZ_BACKFILL_WORKERS");
+    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "flag --log-level");
+    srv_config_fini(&cfg);
+}
+
+static void test_config_from_environment_path(void **state)
+{
+    const char *path = write_conf("envpath.conf", base_conf);
+    char var[200];
+    snprintf(var, sizeof var, "BUZZ_BACKFILL_CONFIG=%s", path);
+    char *const envp[] = {var, NULL};
+    srv_config cfg;
+    char diag[256];
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, NULL), BF_OK);
+    assert_int_equal(cfg.command, SRV_CMD_RUN);
+    assert_int_equal(cfg.threads, 3);
+    assert_string_equal(cfg.config_file, path);
+    srv_config_fini(&cfg);
+}
+
+static void test_quoting_and_lists(void **state)
+{
+    const char *path =
+        write_conf("quote.conf", "database_url 'host=db password=''x y'' dbname=relay'\n"
+                                 "listen = \"ipc:///tmp/a.sock , tcp://127.0.0.1:7400,,\"\n"
+                                 "modules = '/opt/a.so, /opt/b # not a comment.so'\n"
+                                 "trusted_keys_file = /etc/keys\n"
+                                 "token_audience = relay-prod\n"
+                                 "AUTO_MIGRATE = TRUE\n"
+                                 "auto_backfill = 1\n"
+                                 "ipc_socket_mode = '0660'\n");
+    srv_config cfg;
+    char diag[256];
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "-c", (char *)path, NULL), BF_OK);
+    assert_string_equal(cfg.database_url, "host=db password='x y' dbname=relay");
+    assert_int_equal(cfg.n_listen, 2);
+    assert_string_equal(cfg.listen[0], "ipc:///tmp/a.sock");
+    assert_string_equal(cfg.listen[1], "tcp://127.0.0.1:7400");
+    assert_int_equal(cfg.n_modules, 2);
+    assert_string_equal(cfg.modules[1], "/opt/b # not a comment.so");
+    assert_true(cfg.auto_migrate);
+    assert_true(cfg.auto_backfill);
+    assert_int_equal(cfg.ipc_socket_mode, 0660);
+    srv_config_fini(&cfg);
+}
+
+static void test_unknown_key_names_file_and_line(void **state)
+{
+    const char *path = write_conf("unknown.conf", "database_url = 'postgresql://db/relay'\n"
+                                                  "# comment\n"
+                                                  "listen = ipc:///tmp/x.sock\n"
+                                                  "\n"
+                                                  "worker_count = 4\n");
+    srv_config cfg;
+    char diag[256] = "";
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--config", (char *)path, NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    char want[200];
+    snprintf(want, sizeof want, "%s:5: unknown key \"worker_count\"", path);
+    assert_string_equal(diag, want);
+}
+
+static void test_malformed_lines_name_their_line(void **state)
+{
+    static const struct {
+        const char *text;
+        const char *reason;
+    } cases[] = {
+        {"threads = 3\nlisten = ipc:///a, tcp://b:1\n", ":2: unexpected text after the value"},
+        {"threads = 3\n\ndatabase_url = 'unterminated\n", ":3: unterminated quoted value"},
+        {"threads =\n", ":1: missing value"},
+        {"= 3\n", ":1: expected a key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = write_conf("bad.conf", cases[i].text);
+        srv_config cfg;
+        char diag[256] = "";
+        assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "-c", (char *)path, NULL),
+                         BF_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(diag, path));
+        assert_non_null(strstr(diag, cases[i].reason));
+    }
+}
+
+static void test_invalid_values_name_origin_not_value(void **state)
+{
+    char *const envp[] = {"BUZZ_BACKFILL_THREADS=lots-of-sekrit", NULL};
+    srv_config cfg;
+    char diag[256] = "";
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, "--database-url", "postgresql://db/x",
+                          "--listen", "ipc:///tmp/x", "--ipc-boundary", "on", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "environment BUZZ_BACKFILL_THREADS"));
+    assert_null(strstr(diag, "sekrit"));
+
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x",
+                          "--listen", "ipc:///tmp/x", "--ipc-boundary", "maybe", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "flag --ipc-boundary"));
+
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--lease-ms", "99", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "lease_ms must be an integer from 100"));
+
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--no-such-flag", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "unknown option --no-such-flag"));
+
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "frobnicate", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "unknown command"));
+
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "-c", "/nonexistent/x.conf", NULL),
+                     BF_ERR_IO);
+    assert_non_null(strstr(diag, "/nonexistent/x.conf"));
+}
+
+static void test_validation_per_command(void **state)
+{
+    srv_config cfg;
+    char diag[256] = "";
+    /* run needs a database, a listener and some authority */
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, NULL), BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "database_url is not set"));
+    assert_int_equal(
+        load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x", NULL),
+        BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "listen is not set"));
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x",
+                          "--listen", "ipc:///tmp/x", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "no request can be authorized"));
+    /* tokens are the only authority on tcp */
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x",
+                          "--listen", "tcp://127.0.0.1:1", "--ipc-boundary", "on", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "need trusted_keys_file"));
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x",
+                          "--listen", "tls+tcp://127.0.0.1:1", "--trusted-keys-file", "/k",
+                          "--token-audience", "a", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "tls_cert_key_file is not set"));
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--database-url", "postgresql://db/x",
+                          "--listen", "udp://x", "--ipc-boundary", "on", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "expected ipc://"));
+    /* migrate needs only the database */
+    assert_int_equal(
+        load(&cfg, diag, sizeof diag, NULL, "migrate", "--database-url", "postgresql://db/x", NULL),
+        BF_OK);
+    assert_int_equal(cfg.command, SRV_CMD_MIGRATE);
+    srv_config_fini(&cfg);
+    /* --help needs nothing */
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--help", NULL), BF_OK);
+    assert_int_equal(cfg.command, SRV_CMD_HELP);
+    srv_config_fini(&cfg);
+}
+
+static void test_redact_conninfo(void **state)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"postgresql://app:s3cret@db:5432/relay?sslmode=require",
+         "postgresql://app:****@db:5432/relay?sslmode=require"},
+        {"postgres://app@db/relay?password=s3cret&sslmode=require",
+         "postgres://app@db/relay?password=****&sslmode=require"},
+        {"postgresql://db/relay", "postgresql://db/relay"},
+        {"postgresql://a:b@c@db/relay", "postgresql://a:****@db/relay"},
+        {"host=db password=s3cret dbname=relay", "host=db password=**** dbname=relay"},
+        {"host=db password = 's3 cr\\'et' dbname=relay", "host=db password = **** dbname=relay"},
+        {"password=s3cret", "password=****"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[256];
+        srv_redact_conninfo(cases[i].in, out, sizeof out);
+        assert_string_equal(out, cases[i].out);
+    }
+    char tiny[8];
+    srv_redact_conninfo("postgresql://u:s3cret@db/x", tiny, sizeof tiny);
+    assert_null(strstr(tiny, "s3cret"));
+}
+
+/* Run the real binary; returns its exit status and its stdout in out. */
+static int run_daemon(char *out, size_t cap, const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env -i PATH=/usr/bin:/bin '%s' %s 2>&1", BUZZ_BACKFILLD_PATH, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_check_config_binary_redacts(void **state)
+{
+    const char *path =
+        write_conf("check.conf", "database_url = 'postgresql://app:Hunter2xyz@db:5432/relay'\n"
+                                 "listen = 'ipc:///tmp/check.sock'\n"
+                                 "ipc_boundary = on\n");
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "check-config --config '%s' --workers 7", path);
+    assert_int_equal(run_daemon(out, sizeof out, args), 0);
+    assert_null(strstr(out, "Hunter2xyz"));
+    assert_non_null(strstr(out, "database_url = 'postgresql://app:****@db:5432/relay'"));
+    assert_non_null(strstr(out, "workers = 7  # flag --workers"));
+    assert_non_null(strstr(out, "threads = 4  # default"));
+
+    /* the keyword form, from the environment */
+    snprintf(args, sizeof args,
+             "BUZZ_BACKFILL_DATABASE_URL='host=db password=Hunter2xyz' '%s' check-config "
+             "--listen ipc:///tmp/c.sock --ipc-boundary on",
+             BUZZ_BACKFILLD_PATH);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env -i %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    assert_int_equal(pclose(p), 0);
+    assert_null(strstr(out, "Hunter2xyz"));
+    assert_non_null(strstr(out, "password=****"));
+
+    /* invalid configuration: exit 1, reason on stderr, no secret */
+    path = write_conf("invalid.conf", "database_url = 'postgresql://app:Hunter2xyz@db/relay'\n"
+                                      "listen = 'ipc:///tmp/check.sock'\n"
+                                      "ipc_boundary = on\n"
+                                      "threads = many\n");
+    snprintf(args, sizeof args, "check-config -c '%s'", path);
+    assert_int_equal(run_daemon(out, sizeof out, args), 1);
+    assert_null(strstr(out, "Hunter2xyz"));
+    assert_non_null(strstr(out, ":4: threads must be an integer"));
+}
+
+static void test_sample_configuration_is_valid(void **state)
+{
+    char out[8192];
+    assert_int_equal(run_daemon(out, sizeof out,
+                                "check-config -c '" BUZZ_SOURCE_DIR
+                                "/examples/buzz-backfilld.conf'"),
+                     0);
+    assert_non_null(strstr(out, "auto_backfill = on"));
+}
+
+static void test_help_documents_every_key(void **state)
+{
+    static const char *const keys[] = {
+        "database_url",
+        "listen",
+        "tls_cert_key_file",
+        "threads",
+        "workers",
+        "modules",
+        "auto_migrate",
+        "auto_backfill",
+        "token_audience",
+        "trusted_keys_file",
+        "revoked_tokens_file",
+        "ipc_boundary",
+        "clock_skew_s",
+        "lease_ms",
+        "statement_timeout_ms",
+        "lock_timeout_ms",
+        "request_retention_s",
+        "ipc_socket_mode",
+        "log_level",
+    };
+    assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
+    static char out[32768];
+    assert_int_equal(run_daemon(out, sizeof out, "--help"), 0);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char flag[64], env[64];
+        snprintf(flag, sizeof flag, "--");
+        for (const char *p = keys[i]; *p; p++)
+            snprintf(flag + strlen(flag), sizeof flag - strlen(flag), "%c", *p == '_' ? '-' : *p);
+        snprintf(env, sizeof env, "BUZZ_BACKFILL_");
+        for (const char *p = keys[i]; *p; p++)
+            snprintf(env + strlen(env), sizeof env - strlen(env), "%c", *p - (*p >= 'a' ? 32 : 0));
+        assert_non_null(strstr(out, keys[i]));
+        assert_non_null(strstr(out, flag));
+        assert_non_null(strstr(out, env));
+    }
+    assert_non_null(strstr(out, "check-config"));
+    assert_non_null(strstr(out, "migrate"));
+    assert_non_null(strstr(out, "SIGHUP"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_precedence_file_env_flags),
+        cmocka_unit_test(test_config_from_environment_path),
+        cmocka_unit_test(test_quoting_and_lists),
+        cmocka_unit_test(test_unknown_key_names_file_and_line),
+        cmocka_unit_test(test_malformed_lines_name_their_line),
+        cmocka_unit_test(test_invalid_values_name_origin_not_value),
+        cmocka_unit_test(test_validation_per_command),
+        cmocka_unit_test(test_redact_conninfo),
+        cmocka_unit_test(test_check_config_binary_redacts),
+        cmocka_unit_test(test_sample_configuration_is_valid),
+        cmocka_unit_test(test_help_documents_every_key),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
