@@ -239,10 +239,21 @@ static char *compile_batch(const bf_definition *d, bool has_checkpoint)
     add_cols(&sb, d, "b", " DESC");
     bf_strbuf_add(&sb, " LIMIT 1), bf_mutated AS (UPDATE ");
     add_table(&sb, d->table);
-    bf_strbuf_addf(&sb, " t SET %s FROM bf_batch b WHERE ", d->update_set);
-    for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "t.\"%s\" = b.\"%s\" AND ", d->key[i].name, d->key[i].name);
-    bf_strbuf_addf(&sb, "(%s) RETURNING 1), bf_fence AS (", d->needs_repair);
+    /* the batch's rows as one key range, after the checkpoint up to the batch's last key: under
+     * the statement's one snapshot the same rows as a join on bf_batch, but one index range
+     * scan instead of one index descent per key (about 1.5x faster per row, see
+     * docs/benchmarks.md) */
+    bf_strbuf_addf(&sb, " t SET %s WHERE ", d->update_set);
+    if (has_checkpoint) {
+        add_tuple(&sb, d, "t");
+        bf_strbuf_add(&sb, " > ");
+        add_param(&sb, d, 4);
+        bf_strbuf_add(&sb, " AND ");
+    }
+    add_tuple(&sb, d, "t");
+    bf_strbuf_add(&sb, " <= (SELECT ");
+    add_cols(&sb, d, "l", "");
+    bf_strbuf_addf(&sb, " FROM bf_last l) AND (%s) RETURNING 1), bf_fence AS (", d->needs_repair);
     add_fence_set(&sb, d, "bf_last", "(SELECT count(*) FROM bf_mutated)");
     add_fence_where(&sb, d, "bf_last", has_checkpoint);
     bf_strbuf_add(&sb, " RETURNING f.checkpoint) SELECT buzz_backfill.batch_verdict("
