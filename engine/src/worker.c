@@ -5,7 +5,7 @@
  * validating row and advances its generation; renewal, release and every worker transition are
  * single UPDATEs fenced on (id, generation, owner, claim still valid by clock_timestamp(),
  * lifecycle). A declarative batch is one READ COMMITTED transaction sent as one pipeline:
- * BEGIN, SET LOCAL timeouts, one statement whose CTEs select the next keys after the
+ * BEGIN, the timeouts (SET LOCAL), one statement whose CTEs select the next keys after the
  * checkpoint within the bound (ORDER BY key LIMIT batch_size), mutate them, and advance the
  * checkpoint with a compare-and-swap fenced as above, then COMMIT. When the fence matches no
  * row, or the mutation touched more rows than the bound, batch_verdict() raises and the whole
@@ -434,20 +434,22 @@ static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *c
     bf_err err = batch_prepare(e, w->index, variant, w->c->sql_batch[variant], name, sizeof name);
     if (err != BF_OK)
         return err;
-    char gen[24], limit[16], lease[16], st_sql[64], lk_sql[64];
+    char gen[24], limit[16], lease[16], timeouts[128];
     worker_param_int(gen, sizeof gen, w->generation);
     worker_param_int(limit, sizeof limit, w->c->def->batch_size);
     worker_param_int(lease, sizeof lease, e->lease_ms);
-    bf__format(st_sql, sizeof st_sql, "SET LOCAL statement_timeout = %d", e->statement_timeout_ms);
-    bf__format(lk_sql, sizeof lk_sql, "SET LOCAL lock_timeout = %d", e->lock_timeout_ms);
+    /* SET LOCAL of both timeouts as one statement (set_config(..., true) is SET LOCAL) */
+    bf__format(timeouts, sizeof timeouts,
+               "SELECT set_config('statement_timeout', '%d', true),"
+               " set_config('lock_timeout', '%d', true)",
+               e->statement_timeout_ms, e->lock_timeout_ms);
     const char *params[] = {w->id, gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
                             w->bound, limit, lease};
     if (PQenterPipelineMode(e->conn) != 1)
         return bf__pg_error(e, NULL, "enter pipeline");
     bool sent = PQsendQueryParams(e->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL, NULL,
                                   NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, st_sql, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, lk_sql, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, timeouts, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
                 PQsendQueryPrepared(e->conn, name, 7, params, NULL, NULL, 0) == 1 &&
                 PQsendQueryParams(e->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
                 PQpipelineSync(e->conn) == 1;
@@ -458,7 +460,7 @@ static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *c
         return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
     }
     PGresult *res = NULL;
-    err = pipeline_collect(e, 5, 3, &res);
+    err = pipeline_collect(e, 4, 2, &res);
     if (err != BF_OK) {
         if (e->conn != NULL && PQtransactionStatus(e->conn) == PQTRANS_INERROR)
             bf__rollback(e);

@@ -18,7 +18,7 @@
  *
  * Guards proved (removing any one of them fails this test):
  *   - bound capture only at start: action_start's "state = 'pending'" predicate with the state
- *     table (actions.c), and the guard_backfill trigger's "captured bound is immutable"
+ *     table (actions.c), and the guard_2_bound trigger's "captured bound is immutable"
  *     (migrate.c); workers read the bound from the row at claim (worker.c claim_sql RETURNING
  *     b.bound) instead of recapturing it;
  *   - takeover never rewinds the checkpoint: claim_sql leaves checkpoint untouched and the

@@ -22,7 +22,7 @@
  *   - the validation gate in worker.c: step_running calls worker_enter_validating (never a
  *     completion) when no admitted work remains, and only a successful validation run in
  *     step_validating calls worker_complete;
- *   - the guard_backfill trigger of the engine schema (migrate.c), raising BFI01 for any change
+ *   - the guard_1_completed triggers of the engine schema (migrate.c), raising BFI01 for any change
  *     of a completed row's execution state.
  */
 #include <setjmp.h>
