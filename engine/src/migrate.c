@@ -226,17 +226,17 @@ bf_err bf_schema_check(bf_engine *e, int *version_out)
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
-    PGresult *r = NULL;
-    err = bf__exec(e, &r, "schema check",
-                   "SELECT to_regclass('buzz_backfill.schema_migration') IS NOT NULL", 0, NULL);
-    if (err != BF_OK)
+    /* one round trip (readiness calls this on every check): a missing schema or table shows
+     * as undefined_table / invalid_schema_name */
+    PGresult *r = PQexecParams(e->conn, applied_sql, 0, NULL, NULL, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        bool missing = state != NULL && (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0);
+        err = missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
+                      : bf__pg_error(e, r, "read migrations");
+        PQclear(r);
         return err;
-    bool exists = bf__field_bool(r, 0, 0);
-    PQclear(r);
-    if (!exists)
-        return bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed");
-    if ((err = bf__exec(e, &r, "read migrations", applied_sql, 0, NULL)) != BF_OK)
-        return err;
+    }
     int next = 1;
     err = migrate_verify(e, r, &next);
     PQclear(r);
