@@ -90,7 +90,8 @@ bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *o
                bf__backfill_columns, for_update ? " FOR UPDATE" : "");
     PGresult *r = NULL;
     const char *params[] = {id};
-    bf_err err = bf__exec(e, &r, "read backfill", sql, 1, params);
+    bf_err err = bf__exec_stmt(e, &r, "read backfill",
+                               for_update ? BF_STMT_GET_FOR_UPDATE : BF_STMT_GET, sql, 1, params);
     if (err != BF_OK)
         return err;
     if (PQntuples(r) == 0) {
@@ -225,7 +226,7 @@ bf_err bf_gate(bf_engine *e, bf_backfill *ids, int max, int *gating_out)
                bf__backfill_columns);
     const char *params[] = {req};
     PGresult *r = NULL;
-    err = bf__exec(e, &r, "readiness gate", sql, 1, params);
+    err = bf__exec_stmt(e, &r, "readiness gate", BF_STMT_GATE, sql, 1, params);
     free(req);
     if (err != BF_OK)
         return err;

@@ -95,6 +95,7 @@ static bf_err engine_connect(bf_engine *e)
     }
     if (e->prepared != NULL && e->reg != NULL)
         memset(e->prepared, 0, bf_registry_count(e->reg));
+    e->stmt_prepared = 0; /* a new connection has no prepared statements */
     e->listening = false; /* a new connection listens to nothing */
     return BF_OK;
 }
@@ -180,6 +181,36 @@ bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql,
 {
     e->sqlstate[0] = '\0';
     PGresult *r = PQexecParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        if (out != NULL)
+            *out = r;
+        else
+            PQclear(r);
+        return BF_OK;
+    }
+    bf_err err = bf__pg_error(e, r, what);
+    PQclear(r);
+    return err;
+}
+
+bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt,
+                     const char *sql, int nparams, const char *const *params)
+{
+    char name[16];
+    bf__format(name, sizeof name, "bf_s%d", (int)stmt);
+    e->sqlstate[0] = '\0';
+    if (!(e->stmt_prepared & (1u << stmt))) {
+        PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
+        bf_err err = BF_OK;
+        if (PQresultStatus(p) != PGRES_COMMAND_OK)
+            err = bf__pg_error(e, p, what);
+        PQclear(p);
+        if (err != BF_OK)
+            return err;
+        e->stmt_prepared |= 1u << stmt;
+    }
+    PGresult *r = PQexecPrepared(e->conn, name, nparams, params, NULL, NULL, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         if (out != NULL)

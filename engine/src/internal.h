@@ -54,6 +54,7 @@ struct bf_engine {
     bf_log_fn log;
     void *log_arg;
     unsigned char *prepared; /* per registry index: bit 0 batch first, bit 1 batch next */
+    uint32_t stmt_prepared;  /* bit per bf_stmt: prepared on this connection */
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
     bool listening;   /* LISTEN buzz_backfill issued on this connection (bf_wait_notify) */
@@ -81,6 +82,19 @@ bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql,
 /* bf__exec() for statements whose result is not needed. */
 bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,
                  const char *const *params);
+/* Fixed statements on hot paths (reads served on every RPC), prepared once per connection. */
+typedef enum bf_stmt {
+    BF_STMT_GET = 0,
+    BF_STMT_GET_FOR_UPDATE = 1,
+    BF_STMT_GATE = 2,
+    BF_STMT_MIGRATIONS = 3,
+    BF_STMT_COUNT
+} bf_stmt;
+
+/* bf__exec() through a per-connection prepared statement: parsed and planned once. */
+bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt,
+                     const char *sql, int nparams, const char *const *params);
+
 /* Plain BEGIN / COMMIT / ROLLBACK (rollback never fails loudly). */
 bf_err bf__begin(bf_engine *e, bool read_only);
 bf_err bf__commit(bf_engine *e);

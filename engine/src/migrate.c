@@ -5,6 +5,7 @@
  * applied version is verified on each run), and a database at a version this binary does not
  * know is refused with BF_ERR_SCHEMA_TOO_NEW instead of being guessed at.
  */
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -136,11 +137,24 @@ static const migration migrations[] = {
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");
 
+static char checksums[BF_SCHEMA_VERSION][65];
+static pthread_once_t checksums_once = PTHREAD_ONCE_INIT;
+
+static void checksums_compute(void)
+{
+    for (int i = 0; i < BF_SCHEMA_VERSION; i++) {
+        unsigned char digest[crypto_hash_sha256_BYTES];
+        const char *sql = migrations[i].sql;
+        crypto_hash_sha256(digest, (const unsigned char *)sql, strlen(sql));
+        sodium_bin2hex(checksums[i], sizeof checksums[i], digest, sizeof digest);
+    }
+}
+
+/* SHA-256 of a migration's SQL, computed once per process. */
 static void migration_checksum(const migration *m, char hex[65])
 {
-    unsigned char digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(digest, (const unsigned char *)m->sql, strlen(m->sql));
-    sodium_bin2hex(hex, 65, digest, sizeof digest);
+    pthread_once(&checksums_once, checksums_compute);
+    memcpy(hex, checksums[m->version - 1], 65);
 }
 
 /* Compare applied versions with the known list. *next_out = first version to apply. */
@@ -228,15 +242,24 @@ bf_err bf_schema_check(bf_engine *e, int *version_out)
         return err;
     /* one round trip (readiness calls this on every check): a missing schema or table shows
      * as undefined_table / invalid_schema_name */
-    PGresult *r = PQexecParams(e->conn, applied_sql, 0, NULL, NULL, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    PGresult *r = NULL;
+    if (!(e->stmt_prepared & (1u << BF_STMT_MIGRATIONS))) {
+        /* prepared once per connection; a missing schema fails the prepare itself */
+        PGresult *p = PQprepare(e->conn, "bf_s3", applied_sql, 0, NULL);
+        const char *state = PQresultErrorField(p, PG_DIAG_SQLSTATE);
+        bool ok = PQresultStatus(p) == PGRES_COMMAND_OK;
         bool missing = state != NULL && (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0);
-        err = missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
-                      : bf__pg_error(e, r, "read migrations");
-        PQclear(r);
-        return err;
+        err = ok        ? BF_OK
+              : missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
+                        : bf__pg_error(e, p, "read migrations");
+        PQclear(p);
+        if (err != BF_OK)
+            return err;
+        e->stmt_prepared |= 1u << BF_STMT_MIGRATIONS;
     }
+    if ((err = bf__exec_stmt(e, &r, "read migrations", BF_STMT_MIGRATIONS, applied_sql, 0,
+                             NULL)) != BF_OK)
+        return err;
     int next = 1;
     err = migrate_verify(e, r, &next);
     PQclear(r);
