@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The buzz-backfill demo end to end on a fresh machine: install the Debian packages, build,
-# start a private PostgreSQL cluster, create and seed a Nostr relay's event table, and drive the
-# demo backfills (examples/demo_definitions.c) to completion with buzz-demo-run.
+# start a private PostgreSQL cluster, create and seed a Nostr relay's event table, then run the
+# service: buzz-backfilld loads the demo definitions (examples/demo_definitions.c) and an
+# operator drives the backfills to completion with buzzctl (tokens, controls, progress,
+# validation, audit), and the result is checked in PostgreSQL. --engine-only runs the
+# engine-only runner buzz-demo-run instead of the service.
 set -euo pipefail
 
 PROG="${0##*/}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG="$ROOT/scripts/pg.sh"
 DEMO_SQL="$ROOT/examples/demo"
-DB_NAME=buzz_demo
 
 rows=200000
 workers=2
@@ -16,40 +18,59 @@ start=all
 batch_report=0
 stop=0
 deps=1
+build=1
+engine_only=0
 build_dir=build
+pg_url=""
+db_name=buzz_demo
 
 usage()
 {
     cat <<USAGE
 Usage: $PROG [--rows N] [--workers N] [--start all|required|none] [--batch-report]
-       [--stop] [--no-deps] [--build-dir DIR] [--help]
+       [--engine-only] [--stop] [--no-deps] [--build-dir DIR] [--help]
 
 Runs the buzz-backfill demo from a fresh checkout:
   1. scripts/deps.sh       install missing Debian packages (apt-get; needs root or sudo
                            the first time)
-  2. build                 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo, then the
-                           demo targets (buzz-demo-run, buzz-demo-definitions.so)
+  2. build                 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo, then
+                           buzz-backfilld, buzzctl and the demo definitions module
   3. scripts/pg.sh start   a private PostgreSQL 15 cluster on 127.0.0.1
-  4. database $DB_NAME    dropped and created again, then examples/demo/schema.sql, seed.sql
+  4. database $db_name    dropped and created again, then examples/demo/schema.sql, seed.sql
                            (N historical events) and write_path.sql (the new write path)
-  5. buzz-demo-run         migrates the engine schema, loads the definitions module,
-                           registers and starts the backfills, runs workers with a live
-                           progress report, prints the backfill table and the audit
-  6. check                 every started backfill completed and every row is repaired
+  5. tokens and config     in a private temporary directory: a demo signing key, an operator
+                           token and a read-only token (buzzctl token keygen/mint), the
+                           trusted keys file and a buzz-backfilld configuration (an ipc://
+                           socket with boundary authority, a tcp://127.0.0.1 listener that
+                           requires tokens, auto_migrate on, auto_backfill off)
+  6. buzz-backfilld        started in the background (it migrates the engine schema and
+                           registers the definitions); buzzctl ready
+  7. buzzctl               list, start, a live progress view, pause and resume mid-run, get,
+                           validate, refused requests (read-only and forged tokens), whoami
+                           over ipc, audit
+  8. check and stop        every started backfill completed and every row is repaired; the
+                           daemon stops on SIGTERM with exit status 0 and leaves no claim
 
 The cluster keeps running afterwards so you can look around (the script prints how to
-connect and how to stop it), unless --stop is given.
+connect, how to run the daemon again and how to stop the cluster), unless --stop is given.
 
 Options:
   --rows N          historical events to seed (default $rows)
-  --workers N       worker threads (default $workers)
+  --workers N       worker threads of the daemon (or the runner) (default $workers)
   --start WHICH     all (default), required (only required backfills, as the relay's
                     automatic mode would; demo.events.pubkey_hex_v1 stays pending), or none
-  --batch-report    print every claim and committed batch as well
+  --batch-report    report every committed batch too (the daemon logs them at log_level
+                    debug; the runner prints every claim and batch)
+  --engine-only     run the engine-only runner buzz-demo-run instead of the service
   --stop            stop the PostgreSQL cluster at the end (scripts/pg.sh stop)
   --no-deps         skip scripts/deps.sh
   --build-dir DIR   build directory, relative to the repository (default: build)
   -h, --help        show this help
+
+For tests (ctest demo_service_smoke):
+  --no-build        use the binaries already in the build directory
+  --pg-url URL      use this PostgreSQL server instead of scripts/pg.sh (implies no --stop)
+  --db NAME         the demo database (default $db_name); dropped and created again
 
 Works as root (the cluster then runs as the "postgres" user under /tmp) and as a normal
 user (cluster in .pg/ of the repository).
@@ -85,11 +106,23 @@ while (($#)); do
         shift
         ;;
     --batch-report) batch_report=1 ;;
+    --engine-only) engine_only=1 ;;
     --stop) stop=1 ;;
     --no-deps) deps=0 ;;
+    --no-build) build=0 ;;
     --build-dir)
         need_value "$@"
         build_dir="$2"
+        shift
+        ;;
+    --pg-url)
+        need_value "$@"
+        pg_url="$2"
+        shift
+        ;;
+    --db)
+        need_value "$@"
+        db_name="$2"
         shift
         ;;
     -h | --help)
@@ -106,23 +139,443 @@ done
 
 [[ "$rows" =~ ^[1-9][0-9]{0,9}$ ]] || die "--rows must be a positive integer"
 [[ "$workers" =~ ^[1-9][0-9]?$ ]] || die "--workers must be 1..64"
+((workers <= 64)) || die "--workers must be 1..64"
 case "$start" in all | required | none) ;; *) die "--start must be all, required or none" ;; esac
+[[ "$db_name" =~ ^[a-z_][a-z0-9_]{0,62}$ ]] || die "--db must be a lower-case SQL identifier"
+[[ -z "$pg_url" ]] || ((!stop)) || die "--stop applies to the private cluster, not to --pg-url"
 
 cd "$ROOT"
 BUILD="$ROOT/$build_dir"
 [[ "$build_dir" == /* ]] && BUILD="$build_dir"
+
+# The daemon reads BUZZ_BACKFILL_<KEY> settings and buzzctl its URL and token from the
+# environment: the demo's own configuration must not be overridden by the caller's.
+while IFS= read -r var; do
+    unset "$var"
+done < <(compgen -e | grep '^BUZZ_BACKFILL_' || true)
 
 step()
 {
     printf '\n==> %s\n' "$*"
 }
 
-pg_stop_on_exit()
+# ---- cleanup: stop the daemon, show its log on failure, stop the cluster (--stop) ----------
+DEMO_DIR=""
+DAEMON_LOG=""
+daemon_pid=""
+
+stop_daemon_quietly()
+{
+    [[ -n "$daemon_pid" ]] || return 0
+    if kill -0 "$daemon_pid" 2>/dev/null; then
+        kill -TERM "$daemon_pid" 2>/dev/null || true
+        local i
+        for ((i = 0; i < 150; i++)); do
+            kill -0 "$daemon_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$daemon_pid" 2>/dev/null && kill -KILL "$daemon_pid" 2>/dev/null
+    fi
+    wait "$daemon_pid" 2>/dev/null || true
+    daemon_pid=""
+}
+
+on_exit()
 {
     local rc=$?
-    step "stopping PostgreSQL (--stop)"
-    "$PG" stop || echo "$PROG: warning: scripts/pg.sh stop failed" >&2
+    trap - EXIT INT TERM
+    stop_daemon_quietly
+    if ((rc != 0)) && [[ -n "$DAEMON_LOG" && -s "$DAEMON_LOG" ]]; then
+        echo >&2
+        echo "---- last 40 lines of the daemon log ($DAEMON_LOG) ----" >&2
+        tail -n 40 "$DAEMON_LOG" >&2
+        echo "----" >&2
+    fi
+    if ((rc != 0)); then
+        echo "DEMO FAILED (exit status $rc)${DEMO_DIR:+; demo files and logs in $DEMO_DIR}" >&2
+    fi
+    if ((stop)); then
+        step "stopping PostgreSQL (--stop)"
+        "$PG" stop || echo "$PROG: warning: scripts/pg.sh stop failed" >&2
+    fi
     exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- the service demo (steps 5..7) ---------------------------------------------------------
+# buzzctl commands run in the demo directory (so token files are named relative to it) with
+# BUZZ_BACKFILL_URL naming the tcp:// listener; each is shown before its output.
+TCP_URL=""
+IPC_URL=""
+out=""
+rc=0
+
+show_cmd()
+{
+    printf '$'
+    printf ' %s' "$@"
+    printf '\n'
+}
+
+# ctl ARGS...: show "buzzctl ARGS", run it, print its output; $out and $rc keep both.
+ctl()
+{
+    show_cmd buzzctl "$@"
+    rc=0
+    out="$(cd "$DEMO_DIR" && BUZZ_BACKFILL_URL="$TCP_URL" "$BUZZCTL" "$@" 2>&1)" || rc=$?
+    [[ -z "$out" ]] || printf '%s\n' "$out"
+    ((rc == 0)) || echo "(exit status $rc)"
+}
+
+# ctl_ok ARGS...: ctl, and the demo fails unless buzzctl succeeded.
+ctl_ok()
+{
+    ctl "$@"
+    ((rc == 0)) || die "buzzctl $* failed with exit status $rc"
+}
+
+# quiet ARGS...: run buzzctl with the operator token, output in $out, status in $rc.
+quiet()
+{
+    rc=0
+    out="$(cd "$DEMO_DIR" && BUZZ_BACKFILL_URL="$TCP_URL" "$BUZZCTL" \
+        --token-file operator.token "$@" 2>&1)" || rc=$?
+}
+
+free_port()
+{
+    local i p
+    for ((i = 0; i < 100; i++)); do
+        p=$((20000 + RANDOM % 30000))
+        # nothing answers a connect: free (a race with another program is retried below)
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    die "no free tcp port found"
+}
+
+write_config()
+{
+    local port="$1" log_level=info
+    ((batch_report)) && log_level=debug
+    cat >"$DEMO_DIR/buzz-backfilld.conf" <<CONF
+# buzz-backfilld configuration written by scripts/demo.sh (see docs/service.md)
+database_url = '$DB_URL'
+# a local socket with boundary authority (no token needed) and a token-only tcp listener
+listen = 'ipc://$DEMO_DIR/admin.sock, tcp://127.0.0.1:$port'
+ipc_boundary = on
+token_audience = buzz-demo
+trusted_keys_file = $DEMO_DIR/trusted-keys.pub
+modules = $MODULE
+auto_migrate = on                 # create the engine schema at startup
+auto_backfill = off               # manual mode: operators start backfills, no readiness gate
+workers = $workers
+threads = 4
+lease_ms = 10000                  # a crashed worker's claim is taken over after 10 s
+statement_timeout_ms = 10000
+log_level = $log_level
+CONF
+}
+
+# Start the daemon and wait until it answers ready (0) on its ipc socket. Returns 1 when the
+# daemon exited, with its status in $rc.
+start_daemon()
+{
+    (cd "$DEMO_DIR" && exec "$DAEMON" --config buzz-backfilld.conf) >>"$DAEMON_LOG" 2>&1 &
+    daemon_pid=$!
+    local i
+    for ((i = 0; i < 300; i++)); do
+        if ! kill -0 "$daemon_pid" 2>/dev/null; then
+            rc=0
+            wait "$daemon_pid" || rc=$?
+            daemon_pid=""
+            return 1
+        fi
+        if "$BUZZCTL" --url "$IPC_URL" --timeout 1000 ready >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    die "buzz-backfilld did not become ready within 60 s"
+}
+
+# The live view: buzzctl list every second, redrawn in place on a terminal (elsewhere a frame
+# is printed when a state changes, and every 10 s). Globals for the stop conditions:
+declare -A st=() rows_of=()
+started_ids=()
+target=""
+frame_lines=0
+tty=0
+[[ -t 1 && "${TERM:-dumb}" != dumb ]] && tty=1
+
+parse_list()
+{
+    st=()
+    rows_of=()
+    local id state progress
+    while read -r id state progress _; do
+        [[ "$id" == demo.* ]] || continue
+        st[$id]="$state"
+        rows_of[$id]="${progress//,/}"
+    done <<<"$1"
+}
+
+all_done()
+{
+    local id
+    for id in "${started_ids[@]}"; do
+        [[ "${st[$id]:-}" == completed ]] || return 1
+    done
+}
+
+# the pause target has repaired about a tenth of the table (or is no longer running)
+target_mid_run()
+{
+    local n="${rows_of[$target]:-0}"
+    [[ "$n" =~ ^[0-9]+$ ]] || n=0
+    [[ "${st[$target]:-}" != running ]] || ((n > 0 && n >= rows / 10))
+}
+
+never()
+{
+    return 1
+}
+
+# watch_view COND MAX_SECONDS: redraw until the function COND holds or MAX_SECONDS passed.
+# Returns 1 on timeout; fails the demo when a started backfill is blocked or failed.
+watch_view()
+{
+    local cond="$1" max="$2" t0=$SECONDS last_sig="" sig id cols=${COLUMNS:-}
+    ((tty)) && [[ -z "$cols" ]] && cols="$(tput cols 2>/dev/null || echo 80)"
+    frame_lines=0
+    while :; do
+        quiet list
+        ((rc == 0)) || die "buzzctl list failed ($rc): $out"
+        parse_list "$out"
+        local elapsed=$((SECONDS - t0)) done=0
+        "$cond" && done=1
+        ((elapsed >= max)) && done=2
+        local frame
+        frame="$(printf '$ buzzctl --token-file operator.token list    (every second; %ds)\n%s' \
+            "$elapsed" "$out")"
+        sig=""
+        for id in "${started_ids[@]}"; do sig+="${st[$id]:-} "; done
+        if ((tty)); then
+            ((frame_lines == 0)) || printf '\033[%dA\033[J' "$frame_lines"
+            printf '%s\n' "$frame"
+            frame_lines=0
+            local line n
+            while IFS= read -r line; do
+                n=${#line}
+                frame_lines=$((frame_lines + (n == 0 ? 1 : (n + cols - 1) / cols)))
+            done <<<"$frame"
+        elif [[ "$sig" != "$last_sig" ]] || ((done || elapsed % 10 == 0)); then
+            printf '%s\n' "$frame"
+        fi
+        last_sig="$sig"
+        for id in "${started_ids[@]}"; do
+            case "${st[$id]:-}" in
+            blocked | failed)
+                ctl --token-file operator.token get "$id"
+                die "$id is ${st[$id]}"
+                ;;
+            esac
+        done
+        ((done == 1)) && return 0
+        ((done == 2)) && return 1
+        sleep 1
+    done
+}
+
+service_demo()
+{
+    local base="${TMPDIR:-/tmp}"
+    ((${#base} <= 60)) || base=/tmp # an ipc:// socket path is limited to ~100 bytes
+    DEMO_DIR="$(mktemp -d "$base/buzz-demo.XXXXXX")"
+    chmod 700 "$DEMO_DIR"
+    DAEMON_LOG="$DEMO_DIR/buzz-backfilld.log"
+    IPC_URL="ipc://$DEMO_DIR/admin.sock"
+    local old_umask
+    old_umask="$(umask)"
+    umask 077
+
+    # ---- 5. keys, tokens, configuration
+    step "a demo signing key and two capability tokens (in $DEMO_DIR)"
+    show_cmd cd "$DEMO_DIR"
+    show_cmd buzzctl token keygen --kid demo-key --secret-out demo.secret \
+        --public-out trusted-keys.pub
+    (cd "$DEMO_DIR" && "$BUZZCTL" token keygen --kid demo-key --secret-out demo.secret \
+        --public-out trusted-keys.pub 2>&1) || die "buzzctl token keygen failed"
+    show_cmd buzzctl token mint --secret demo.secret --actor alice@ops \
+        --cap read,control,validate,readiness --audience buzz-demo --ttl 1d '>operator.token'
+    (cd "$DEMO_DIR" && "$BUZZCTL" token mint --secret demo.secret --actor alice@ops \
+        --cap read,control,validate,readiness --audience buzz-demo --ttl 1d >operator.token) ||
+        die "buzzctl token mint failed"
+    show_cmd buzzctl token mint --secret demo.secret --actor bob@ops --cap read \
+        --audience buzz-demo --ttl 1d '>readonly.token'
+    (cd "$DEMO_DIR" && "$BUZZCTL" token mint --secret demo.secret --actor bob@ops --cap read \
+        --audience buzz-demo --ttl 1d >readonly.token) || die "buzzctl token mint failed"
+    show_cmd buzzctl token inspect - '<operator.token'
+    (cd "$DEMO_DIR" && "$BUZZCTL" token inspect - <operator.token) ||
+        die "buzzctl token inspect failed"
+
+    # ---- 6. the daemon
+    local port attempt
+    for ((attempt = 1; ; attempt++)); do
+        port="$(free_port)"
+        TCP_URL="tcp://127.0.0.1:$port"
+        write_config "$port"
+        if ((attempt == 1)); then
+            step "the daemon configuration ($DEMO_DIR/buzz-backfilld.conf)"
+            grep -v '^#' "$DEMO_DIR/buzz-backfilld.conf"
+            step "starting buzz-backfilld in the background"
+            show_cmd buzz-backfilld --config buzz-backfilld.conf '2>buzz-backfilld.log' '&'
+        fi
+        : >"$DAEMON_LOG"
+        start_daemon && break
+        # another program took the port between the check and the bind: try another one
+        if ((attempt < 5)) && grep -q "could not listen on tcp://.*in use" "$DAEMON_LOG"; then
+            continue
+        fi
+        die "buzz-backfilld exited with status $rc during startup"
+    done
+    umask "$old_umask"
+    echo "buzz-backfilld is running (pid $daemon_pid); its log so far:"
+    sed 's/^/  /' "$DAEMON_LOG"
+
+    step "operating it with buzzctl over $TCP_URL with alice's operator token"
+    show_cmd export BUZZ_BACKFILL_URL="$TCP_URL"
+    ctl_ok --token-file operator.token whoami
+    echo
+    echo "# manual mode: READY although every backfill is still pending"
+    ctl_ok --token-file operator.token ready
+    echo
+    ctl_ok --token-file operator.token list
+
+    # which backfills to start: every registered one, or the required ones
+    quiet --json list
+    ((rc == 0)) || die "buzzctl --json list failed ($rc): $out"
+    local line id
+    started_ids=()
+    while IFS= read -r line; do
+        [[ "$line" =~ ^\{\"id\":\"([^\"]+)\" ]] || continue
+        id="${BASH_REMATCH[1]}"
+        if [[ "$start" == all ]] || [[ "$start" == required && "$line" == *'"required":true'* ]]; then
+            started_ids+=("$id")
+        fi
+    done <<<"$out"
+    if [[ "$start" == none ]]; then
+        echo
+        echo "(--start none: nothing is started; the backfills stay pending)"
+    else
+        ((${#started_ids[@]} > 0)) || die "no backfill to start"
+        step "starting the backfills (--start $start)"
+        for id in "${started_ids[@]}"; do
+            ctl_ok --token-file operator.token start "$id"
+        done
+        target="${started_ids[0]}"
+
+        step "live progress, then pause and resume $target mid-run"
+        watch_view target_mid_run 60 || die "$target made no progress within 60 s"
+        echo
+        local paused=0
+        ctl --token-file operator.token pause "$target"
+        if ((rc == 0)); then
+            paused=1
+            echo "# the pause bumped the generation: the worker's claim is void (its next commit"
+            echo "# would be fenced out), so it stops at the batch boundary and lets go"
+            echo
+            watch_view never 3 || true
+            echo
+            ctl_ok --token-file operator.token get "$target"
+            echo
+            ctl_ok --token-file operator.token resume "$target"
+            echo "# the next free worker claims it (one more generation) and continues from"
+            echo "# the committed checkpoint"
+        elif ((rc == 3)); then
+            echo "# $target finished its batches before the pause: refused as a conflict"
+        else
+            die "buzzctl pause failed with exit status $rc"
+        fi
+
+        step "live progress until every started backfill is completed"
+        local limit=$((120 + rows / 500))
+        watch_view all_done "$limit" ||
+            die "not every started backfill completed within $limit s"
+
+        if ((paused)); then
+            step "an explicit validation of a completed backfill"
+        else
+            step "one backfill in detail, and an explicit validation"
+            ctl_ok --token-file operator.token get "$target"
+            echo
+        fi
+        ctl --token-file operator.token validate "$target"
+        ((rc == 0)) || die "buzzctl validate failed with exit status $rc"
+    fi
+
+    step "refused requests"
+    local victim="${target:-demo.events.content_len_v1}"
+    echo "# bob's token has only the read capability:"
+    ctl --token-file readonly.token whoami
+    ctl --token-file readonly.token pause "$victim"
+    if ((rc != 4)) || [[ "${out,,}" != *permission_denied* ]]; then
+        die "the read-only token was not refused with PERMISSION_DENIED (exit 4)"
+    fi
+    echo
+    echo "# a forged token: signed by another key that also calls itself demo-key"
+    show_cmd buzzctl token keygen --kid demo-key --secret-out forger.secret --public-out forger.pub
+    (cd "$DEMO_DIR" && umask 077 && "$BUZZCTL" token keygen --kid demo-key \
+        --secret-out forger.secret --public-out forger.pub >/dev/null 2>&1) ||
+        die "buzzctl token keygen failed"
+    show_cmd buzzctl token mint --secret forger.secret --actor mallory@evil \
+        --cap read,control,validate,readiness --audience buzz-demo --ttl 1d '>forged.token'
+    (cd "$DEMO_DIR" && umask 077 && "$BUZZCTL" token mint --secret forger.secret \
+        --actor mallory@evil --cap read,control,validate,readiness --audience buzz-demo \
+        --ttl 1d >forged.token) || die "buzzctl token mint failed"
+    ctl --token-file forged.token pause "$victim"
+    if ((rc != 4)) || [[ "${out,,}" != *unauthenticated* ]]; then
+        die "the forged token was not refused with UNAUTHENTICATED (exit 4)"
+    fi
+
+    step "the local socket: boundary authority, no token, no actor"
+    show_cmd buzzctl --url "$IPC_URL" whoami
+    rc=0
+    out="$("$BUZZCTL" --url "$IPC_URL" whoami 2>&1)" || rc=$?
+    printf '%s\n' "$out"
+    ((rc == 0)) || die "buzzctl whoami over ipc failed with exit status $rc"
+    [[ "$out" == *"(none)"*"authority:"*"ipc uid="* ]] ||
+        die "whoami over ipc did not show boundary authority without an actor"
+
+    step "the audit trail (newest first)"
+    ctl_ok --token-file operator.token audit --limit 15
+
+    step "stopping buzz-backfilld with SIGTERM"
+    show_cmd kill -TERM "$daemon_pid"
+    kill -TERM "$daemon_pid"
+    local i
+    for ((i = 0; i < 300; i++)); do
+        kill -0 "$daemon_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$daemon_pid" 2>/dev/null && die "buzz-backfilld did not stop within 30 s of SIGTERM"
+    rc=0
+    wait "$daemon_pid" || rc=$?
+    daemon_pid=""
+    tail -n 3 "$DAEMON_LOG" | sed 's/^/  /'
+    ((rc == 0)) || die "buzz-backfilld exited with status $rc after SIGTERM"
+    echo "buzz-backfilld exited with status 0"
+    if ((batch_report)); then
+        echo
+        echo "--batch-report: the daemon logged each claim and (at debug level) each batch:"
+        grep -E ': (claimed|demo[.a-z_0-9]*: batch committed)' "$DAEMON_LOG" | head -n 6 |
+            sed 's/^/  /'
+        echo "  ... $(grep -c 'batch committed' "$DAEMON_LOG") committed batches in $DAEMON_LOG"
+    fi
 }
 
 # ---- 1. packages ---------------------------------------------------------------------------
@@ -132,27 +585,52 @@ if ((deps)); then
 fi
 
 # ---- 2. build ------------------------------------------------------------------------------
-step "building ($BUILD)"
-configure_log="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-cmake.XXXXXX")"
-if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$configure_log" 2>&1; then
-    cat "$configure_log" >&2
-    rm -f "$configure_log"
-    die "cmake configure failed"
-fi
-rm -f "$configure_log"
-cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 2)" --target buzz-demo-run buzz-demo-definitions
 RUNNER="$BUILD/examples/buzz-demo-run"
 MODULE="$BUILD/examples/buzz-demo-definitions.so"
-[[ -x "$RUNNER" && -f "$MODULE" ]] || die "build did not produce $RUNNER and $MODULE"
+DAEMON="$BUILD/server/buzz-backfilld"
+BUZZCTL="$BUILD/client/buzzctl"
+if ((engine_only)); then
+    targets=(buzz-demo-run buzz-demo-definitions)
+    binaries=("$RUNNER" "$MODULE")
+else
+    targets=(buzz-backfilld buzzctl buzz-demo-definitions)
+    binaries=("$DAEMON" "$BUZZCTL" "$MODULE")
+fi
+if ((build)); then
+    step "building ($BUILD)"
+    configure_log="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-cmake.XXXXXX")"
+    if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$configure_log" 2>&1; then
+        cat "$configure_log" >&2
+        rm -f "$configure_log"
+        die "cmake configure failed"
+    fi
+    rm -f "$configure_log"
+    cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}"
+fi
+for f in "${binaries[@]}"; do
+    [[ -f "$f" ]] || die "the build did not produce $f"
+done
 
 # ---- 3. PostgreSQL -------------------------------------------------------------------------
-step "starting the private PostgreSQL cluster (scripts/pg.sh start)"
-if ((stop)); then
-    trap pg_stop_on_exit EXIT
+if [[ -n "$pg_url" ]]; then
+    URL="$pg_url"
+else
+    step "starting the private PostgreSQL cluster (scripts/pg.sh start)"
+    "$PG" start
+    URL="$("$PG" url)"
 fi
-"$PG" start
-URL="$("$PG" url)"
-DB_URL="${URL%/*}/$DB_NAME"
+# the same server, database $db_name (URL form with an optional query, or key=value conninfo)
+if [[ "$URL" == *://* ]]; then
+    rest="${URL#*://}"
+    query=""
+    if [[ "$rest" == *\?* ]]; then
+        query="?${rest#*\?}"
+        rest="${rest%%\?*}"
+    fi
+    DB_URL="${URL%%://*}://${rest%%/*}/$db_name$query"
+else
+    DB_URL="$URL dbname=$db_name"
+fi
 
 if [[ -x /usr/lib/postgresql/15/bin/psql ]]; then
     PSQL=/usr/lib/postgresql/15/bin/psql
@@ -167,8 +645,8 @@ psql_run()
 }
 
 # ---- 4. demo database ----------------------------------------------------------------------
-step "creating database $DB_NAME with $rows historical events"
-psql_run "$URL" -c "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" -c "CREATE DATABASE $DB_NAME"
+step "creating database $db_name with $rows historical events"
+psql_run "$URL" -c "DROP DATABASE IF EXISTS $db_name WITH (FORCE)" -c "CREATE DATABASE $db_name"
 t0=$SECONDS
 psql_run "$DB_URL" -f "$DEMO_SQL/schema.sql"
 psql_run "$DB_URL" -v rows="$rows" -f "$DEMO_SQL/seed.sql"
@@ -178,53 +656,72 @@ echo "seeded demo.events: $(psql_run "$DB_URL" -At -c "SELECT count(*) || ' rows
 echo "rolling out the new write path first (examples/demo/write_path.sql)"
 psql_run "$DB_URL" -f "$DEMO_SQL/write_path.sql"
 
-# ---- 5. the backfills ----------------------------------------------------------------------
-step "running the demo backfills (buzz-demo-run)"
-run_args=(--db "$DB_URL" --module "$MODULE" --workers "$workers" --start "$start")
-((batch_report)) && run_args+=(--batch-report)
-echo "$RUNNER ${run_args[*]}"
-run_rc=0
-"$RUNNER" "${run_args[@]}" || run_rc=$?
+# ---- 5..7. the backfills -------------------------------------------------------------------
+if ((engine_only)); then
+    step "running the demo backfills (buzz-demo-run)"
+    run_args=(--db "$DB_URL" --module "$MODULE" --workers "$workers" --start "$start")
+    ((batch_report)) && run_args+=(--batch-report)
+    echo "$RUNNER ${run_args[*]}"
+    run_rc=0
+    "$RUNNER" "${run_args[@]}" || run_rc=$?
+    ((run_rc == 0)) || die "buzz-demo-run exited with status $run_rc"
+else
+    service_demo
+fi
 
-# ---- 6. check ------------------------------------------------------------------------------
+# ---- 8. check ------------------------------------------------------------------------------
 step "checking the result in PostgreSQL"
 psql_run "$DB_URL" -c "SELECT id AS backfill, state, rows_committed AS rows,
-    batches_committed AS batches, validation_outcome AS validation
-    FROM buzz_backfill.backfill ORDER BY id"
+    batches_committed AS batches, generation, validation_outcome AS validation,
+    claim_owner AS claim FROM buzz_backfill.backfill ORDER BY id"
 # rows still needing repair, for each started backfill (a pending one repairs nothing)
 unrepaired="$(psql_run "$DB_URL" -At -c "SELECT
-    (SELECT count(*) FROM demo.events WHERE content_len IS NULL) *
+    (SELECT count(*) FROM demo.events WHERE content_len IS DISTINCT FROM octet_length(content)) *
       (SELECT count(*) FROM buzz_backfill.backfill
        WHERE id = 'demo.events.content_len_v1' AND state <> 'pending')
-  + (SELECT count(*) FROM demo.events WHERE pubkey_hex IS NULL) *
+  + (SELECT count(*) FROM demo.events WHERE pubkey_hex IS DISTINCT FROM encode(pubkey, 'hex')) *
       (SELECT count(*) FROM buzz_backfill.backfill
        WHERE id = 'demo.events.pubkey_hex_v1' AND state <> 'pending')
-  + (SELECT count(*) FROM demo.events WHERE tag_count IS NULL) *
+  + (SELECT count(*) FROM demo.events WHERE tag_count IS DISTINCT FROM jsonb_array_length(tags)) *
       (SELECT count(*) FROM buzz_backfill.backfill
        WHERE id = 'demo.events.tag_count_v1' AND state <> 'pending')")"
 unfinished="$(psql_run "$DB_URL" -At -c "SELECT count(*) FROM buzz_backfill.backfill
     WHERE state NOT IN ('completed', 'pending')")"
 completed="$(psql_run "$DB_URL" -At -c "SELECT count(*) FROM buzz_backfill.backfill
     WHERE state = 'completed'")"
+claims="$(psql_run "$DB_URL" -At -c "SELECT count(*) FROM buzz_backfill.backfill
+    WHERE claim_owner IS NOT NULL")"
+echo "rows not repaired: $unrepaired; backfills not finished: $unfinished; claims held: $claims"
+((unfinished == 0 && unrepaired == 0 && claims == 0)) ||
+    die "$unfinished backfills not finished, $unrepaired rows not repaired, $claims claims left"
 
 echo
-if ((run_rc == 0 && unfinished == 0 && unrepaired == 0)); then
+if ((engine_only)); then
     echo "DEMO OK: $completed backfills completed; every started backfill repaired all its rows."
 else
-    echo "DEMO FAILED: buzz-demo-run exit status $run_rc, $unfinished backfills not finished," \
-        "$unrepaired rows not repaired." >&2
+    echo "DEMO OK: $completed backfills completed through buzz-backfilld and buzzctl; every" \
+        "started backfill repaired all its rows; the daemon stopped cleanly."
 fi
 
-if ((!stop)); then
-    echo
+echo "(${SECONDS}s in all)"
+echo
+if [[ -z "$pg_url" ]] && ((!stop)); then
     echo "PostgreSQL keeps running: $("$PG" status || true)"
+fi
+if ((!stop)); then
     echo "  look around:  $PSQL \"$DB_URL\""
     echo "                e.g. SELECT * FROM buzz_backfill.backfill;  SELECT * FROM buzz_backfill.audit;"
-    echo "  run again:    $RUNNER --db \"$DB_URL\" --module $MODULE"
+fi
+if ((engine_only)); then
+    ((stop)) || echo "  run again:    $RUNNER --db \"$DB_URL\" --module $MODULE"
+else
+    echo "  demo files:   $DEMO_DIR (configuration, keys, tokens)"
+    echo "  daemon log:   $DAEMON_LOG"
+    if ((!stop)); then
+        echo "  daemon again: $DAEMON --config $DEMO_DIR/buzz-backfilld.conf &"
+        echo "                then: cd $DEMO_DIR && BUZZ_BACKFILL_URL=$TCP_URL $BUZZCTL --token-file operator.token list"
+    fi
+fi
+if [[ -z "$pg_url" ]] && ((!stop)); then
     echo "  stop it:      scripts/pg.sh stop"
 fi
-
-if ((run_rc != 0)); then
-    exit "$run_rc"
-fi
-((unfinished == 0 && unrepaired == 0)) || exit 1

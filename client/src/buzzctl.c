@@ -379,7 +379,7 @@ static int cmd_audit(ctl *c, int argc, char **argv)
             char gen[24] = "-";
             if (a->has_generation)
                 snprintf(gen, sizeof gen, "%" PRId64, a->generation);
-            printf("#%" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s\n", a->seq,
+            printf("#%-4" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s\n", a->seq,
                    a->backfill_id ? a->backfill_id : "-", a->action ? a->action : "-",
                    bfc_state_name(a->has_prior_state ? (int)a->prior_state : 0),
                    bfc_state_name(a->has_resulting_state ? (int)a->resulting_state : 0), gen,
@@ -595,7 +595,10 @@ int main(int argc, char **argv)
         free(c.token);
         return EXIT_UNAVAILABLE;
     }
-    optind = 1; /* subcommand options are parsed from sub[1] on */
+    /* subcommand options are parsed from sub[1] on; 0 (not 1) makes getopt reinitialise, so
+     * the "+" (stop at the first operand) of the global options does not carry over and
+     * "audit ID --limit N" sees its --limit */
+    optind = 0;
     int rc = -1;
     if (strcmp(sub[0], "list") == 0)
         rc = cmd_list(&c, subc, sub);

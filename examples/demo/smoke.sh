@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# examples/demo/smoke.sh - ctest demo_smoke: the demo end to end on a small table.
+# examples/demo/smoke.sh - ctest demo_smoke and demo_service_smoke: the demo end to end on a
+# small table.
 #
-#   smoke.sh <buzz-demo-run> <buzz-demo-definitions.so>
+#   smoke.sh <buzz-demo-run> <buzz-demo-definitions.so>     (demo_smoke: the engine runner)
+#   smoke.sh --service <build-dir>                          (demo_service_smoke: the service)
 #
-# In a private database on the server named by BUZZ_TEST_PG_URL: load schema.sql, seed.sql
-# (3000 rows) and write_path.sql, run buzz-demo-run, and check that every demo backfill
-# completed and every historical row was repaired correctly; then that a second run is a no-op.
+# demo_smoke: in a private database on the server named by BUZZ_TEST_PG_URL, load schema.sql,
+# seed.sql (3000 rows) and write_path.sql, run buzz-demo-run, and check that every demo
+# backfill completed and every historical row was repaired correctly; then that a second run is
+# a no-op.
+#
+# demo_service_smoke: run scripts/demo.sh itself (the README's quick start, without deps and
+# build) on 20000 rows in a private database of BUZZ_TEST_PG_URL with the binaries of
+# <build-dir>: buzz-backfilld, buzzctl tokens, controls, refusals, audit, SIGTERM; demo.sh
+# checks the rows, the lifecycle and the claims in PostgreSQL and exits 0 only when all hold.
 set -euo pipefail
 
-RUN="${1:?usage: smoke.sh <buzz-demo-run> <module>}"
-MODULE="${2:?usage: smoke.sh <buzz-demo-run> <module>}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 URL="${BUZZ_TEST_PG_URL:?BUZZ_TEST_PG_URL is not set (scripts/test.sh sets it)}"
 DB="buzz_demo_smoke_$$"
-LOG="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-smoke.XXXXXX")"
 
 if [[ -x /usr/lib/postgresql/15/bin/psql ]]; then
     PSQL=/usr/lib/postgresql/15/bin/psql
@@ -23,6 +28,32 @@ else
         exit 1
     }
 fi
+
+if [[ "${1:-}" == --service ]]; then
+    BUILD_DIR="${2:?usage: smoke.sh --service <build-dir>}"
+    LOG="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-smoke.XXXXXX")"
+    rc=0
+    timeout -s TERM 120 "$HERE/../../scripts/demo.sh" --no-deps --no-build \
+        --build-dir "$BUILD_DIR" --rows 20000 --pg-url "$URL" --db "$DB" >"$LOG" 2>&1 || rc=$?
+    cat "$LOG"
+    demo_dir="$(sed -n 's/^  demo files: *\([^ ]*\) .*/\1/p' "$LOG")"
+    ok=0
+    grep -q "^DEMO OK" "$LOG" && ok=1
+    rm -f "$LOG"
+    PGOPTIONS="-c client_min_messages=warning" "$PSQL" -X -q -d "$URL" \
+        -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" || true
+    if ((rc != 0 || !ok)); then
+        echo "smoke.sh: FAILED: scripts/demo.sh exited with $rc" >&2
+        exit 1
+    fi
+    [[ -n "$demo_dir" && "$demo_dir" == */buzz-demo.* ]] && rm -rf "$demo_dir"
+    echo "smoke.sh: service demo completed and verified"
+    exit 0
+fi
+
+RUN="${1:?usage: smoke.sh <buzz-demo-run> <module>}"
+MODULE="${2:?usage: smoke.sh <buzz-demo-run> <module>}"
+LOG="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-smoke.XXXXXX")"
 
 # the same server, another database
 if [[ "$URL" == *://* ]]; then
