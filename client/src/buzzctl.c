@@ -107,12 +107,16 @@ static int exit_for(bf_err err)
 /* Report a failed call on stderr: the server's typed status, or the transport's reason. */
 static int report(const char *what, bf_err err, const bfc_status *st)
 {
-    if (st->answered)
-        fprintf(stderr, "buzzctl %s: %s: %s%s%s\n", what, bfc_code_name(st->code), st->message,
-                st->detail[0] ? "\n  " : "", st->detail);
-    else
+    if (st->answered) {
+        /* the server's message often is the code's own name: print it once */
+        const char *code = bfc_code_name(st->code);
+        bool same = strcmp(code, st->message) == 0 || st->message[0] == '\0';
+        fprintf(stderr, "buzzctl %s: %s%s%s%s%s\n", what, code, same ? "" : ": ",
+                same ? "" : st->message, st->detail[0] ? "\n  " : "", st->detail);
+    } else {
         fprintf(stderr, "buzzctl %s: %s%s%s\n", what, bf_err_str(err),
                 st->transport_detail[0] ? ": " : "", st->transport_detail);
+    }
     return exit_for(err);
 }
 
@@ -158,8 +162,7 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b)
 
 static void print_row_header(void)
 {
-    printf("%-36s %-11s %-40s %-14s %-6s %s\n", "ID", "STATE", "PROGRESS", "RATE", "GEN",
-           "CLAIM");
+    printf("%-36s %-11s %-40s %-14s %-6s %s\n", "ID", "STATE", "PROGRESS", "RATE", "GEN", "CLAIM");
 }
 
 static void print_row(const Buzz__Backfill__V1__Backfill *b)
@@ -293,11 +296,10 @@ static int cmd_control(ctl *c, int argc, char **argv, const char *method)
         if (!c->json && resp != NULL && resp->backfill != NULL) /* a conflict: current state */
             print_detail(resp->backfill);
     } else if (!c->json && resp != NULL) {
-        const char *outcome = resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED
-                                  ? "accepted"
-                                  : resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED
-                                        ? "converged"
-                                        : "unknown";
+        const char *outcome =
+            resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED    ? "accepted"
+            : resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED ? "converged"
+                                                                              : "unknown";
         printf("%s %s: %s, %s -> %s, generation %" PRId64 "%s\n", argv[0], id, outcome,
                bfc_state_name(resp->has_prior_state ? (int)resp->prior_state : 0),
                bfc_state_name(resp->has_resulting_state ? (int)resp->resulting_state : 0),
@@ -319,8 +321,7 @@ static int cmd_validate(ctl *c, int argc, char **argv)
     req.id = (char *)id;
     ProtobufCMessage *out = NULL;
     bfc_status st;
-    bf_err err =
-        call(c, &buzz__backfill__v1__admin__descriptor, "Validate", &req.base, &out, &st);
+    bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "Validate", &req.base, &out, &st);
     if (err != BF_OK) {
         rc = report("validate", err, &st);
     } else {
@@ -448,8 +449,7 @@ static int cmd_ready(ctl *c, int argc, char **argv)
     }
     ProtobufCMessage *out = NULL;
     bfc_status st;
-    bf_err err =
-        call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st);
+    bf_err err = call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st);
     int rc = EXIT_OK;
     if (err != BF_OK) {
         rc = report("ready", err, &st);
@@ -582,7 +582,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         const char *method;
-    } controls[] = {{"start", "Start"}, {"pause", "Pause"}, {"resume", "Resume"}, {"retry", "Retry"}};
+    } controls[] = {
+        {"start", "Start"}, {"pause", "Pause"}, {"resume", "Resume"}, {"retry", "Retry"}};
     bfc_options bo = {.token = c.token,
                       .timeout_ms = c.timeout_ms,
                       .tls_ca_file = c.tls_ca,

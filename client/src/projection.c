@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const state_names[] = {"unknown", "pending",    "running",  "paused",
-                                          "blocked", "failed",     "validating", "completed"};
+static const char *const state_names[] = {"unknown", "pending", "running",    "paused",
+                                          "blocked", "failed",  "validating", "completed"};
 
 const char *bfc_state_name(int state)
 {
@@ -97,6 +97,16 @@ static void project_progress(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     } else {
         snprintf(v->progress, sizeof v->progress, "%s rows", rows);
     }
+    /* an average since start: only meaningful while the backfill works or after it finished
+     * (a paused or blocked backfill has no current rate, and its average would sink) */
+    bool working = b->has_state && (b->state == BUZZ__BACKFILL__V1__STATE__RUNNING ||
+                                    b->state == BUZZ__BACKFILL__V1__STATE__VALIDATING ||
+                                    b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED);
+    if (!working) {
+        snprintf(v->rate, sizeof v->rate, "-");
+        snprintf(v->eta, sizeof v->eta, "-");
+        return;
+    }
     if (t == NULL || !t->has_started_at_us || !t->has_observed_at_us)
         return;
     int64_t end = t->has_completed_at_us ? t->completed_at_us : t->observed_at_us;
@@ -170,7 +180,7 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         snprintf(v->validation, sizeof v->validation, "%s, %s", bfc_outcome_name(val->outcome),
                  when);
     }
-    ago(v->updated, sizeof v->updated, t && t->has_updated_at_us, t ? t->updated_at_us : 0,
-        has_now, now);
+    ago(v->updated, sizeof v->updated, t && t->has_updated_at_us, t ? t->updated_at_us : 0, has_now,
+        now);
     v->gating = b->has_gating && b->gating;
 }
