@@ -1,0 +1,593 @@
+/*
+ * rpc.c - the round-trip cost of buzz-backfilld's Readiness.Check and Admin.Get, against two
+ * baselines measured in the same run:
+ *
+ *   echo   a bare nng REQ/REP echo over tcp:// in this process: a REP socket with one context
+ *          and thread per client, the same request size as the real request envelope, and a
+ *          reply of the same size as the real response envelope;
+ *   pg     one indexed PostgreSQL read over libpq (SELECT * FROM buzz_backfill.backfill WHERE
+ *          id = $1, prepared), one connection per client.
+ *
+ * Check and Get go through the client library (libbuzz-backfill-client) with a capability
+ * token over tcp://, exactly as an operator tool or the relay would call them. Each series
+ * runs with 1 and with 8 concurrent clients (threads, one connection each) and reports p50,
+ * p99 and requests/s; then the ratios, and whether Check p50 <= 2 x (echo p50 + pg p50).
+ * Finally the daemon's resident memory (VmRSS of /proc/<pid>/status): before any request
+ * (idle), after the warm-up, and after --rss-requests more requests (Check and Get alternating
+ * over 8 clients).
+ *
+ * The daemon is started by bench/rpc.sh. Output goes to stdout only.
+ */
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+#include "buzz/backfill/v1/readiness.pb-c.h"
+#include "buzz/backfill/v1/rpc.pb-c.h"
+#include "buzz/client.h"
+
+#define RPC_MAX_CLIENTS 8
+#define RPC_WARMUP      500 /* requests per client before each measured series */
+
+typedef enum rpc_op { OP_ECHO_CHECK, OP_CHECK, OP_ECHO_GET, OP_GET, OP_PG, OP_MIXED } rpc_op;
+
+static const char *const rpc_op_names[] = {
+    [OP_ECHO_CHECK] = "echo (Check sizes)",
+    [OP_CHECK] = "Readiness.Check",
+    [OP_ECHO_GET] = "echo (Get sizes)",
+    [OP_GET] = "Admin.Get",
+    [OP_PG] = "pg indexed read",
+    [OP_MIXED] = "Check+Get",
+};
+
+typedef struct rpc_opts {
+    const char *url;   /* the daemon's tcp:// listener */
+    char *token;       /* read from --token-file */
+    const char *pg;    /* conninfo of the daemon's database */
+    const char *id;    /* the backfill Admin.Get reads */
+    long pid;          /* the daemon */
+    long requests;     /* per measured series, over all clients */
+    long rss_requests; /* for the memory check */
+} rpc_opts;
+
+static rpc_opts opts = {.requests = 20000, .rss_requests = 1000000};
+
+/* Sizes of the real envelopes, which the echo reproduces. */
+static size_t check_req_size, check_resp_size, get_req_size, get_resp_size;
+static char echo_url[64];
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "rpc: %s\n", what);
+    exit(1);
+}
+
+/* ---- the echo server --------------------------------------------------------------------- */
+
+static nng_socket echo_sock;
+
+/* The reply size travels in the request's first 4 bytes. */
+static void *echo_main(void *arg)
+{
+    (void)arg;
+    nng_ctx ctx;
+    nng_aio *aio;
+    if (nng_ctx_open(&ctx, echo_sock) != 0 || nng_aio_alloc(&aio, NULL, NULL) != 0)
+        die("echo: cannot open a context");
+    for (;;) {
+        nng_ctx_recv(ctx, aio);
+        nng_aio_wait(aio);
+        if (nng_aio_result(aio) != 0)
+            break;
+        nng_msg *in = nng_aio_get_msg(aio);
+        uint32_t want = 0;
+        if (nng_msg_len(in) >= 4)
+            memcpy(&want, nng_msg_body(in), 4);
+        nng_msg *out = NULL;
+        if (nng_msg_alloc(&out, want) != 0)
+            die("echo: out of memory");
+        memset(nng_msg_body(out), 0x5a, want);
+        nng_msg_free(in);
+        nng_aio_set_msg(aio, out);
+        nng_ctx_send(ctx, aio);
+        nng_aio_wait(aio);
+        if (nng_aio_result(aio) != 0)
+            nng_msg_free(out);
+    }
+    nng_aio_free(aio);
+    nng_ctx_close(ctx);
+    return NULL;
+}
+
+static void echo_start(void)
+{
+    nng_listener l;
+    nng_sockaddr sa;
+    if (nng_rep0_open(&echo_sock) != 0 || nng_listen(echo_sock, "tcp://127.0.0.1:0", &l, 0) != 0 ||
+        nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) != 0)
+        die("echo: cannot listen");
+    snprintf(echo_url, sizeof echo_url, "tcp://127.0.0.1:%u", (unsigned)ntohs(sa.s_in.sa_port));
+    for (int i = 0; i < RPC_MAX_CLIENTS; i++) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, echo_main, NULL) != 0)
+            die("echo: cannot start a thread");
+        pthread_detach(th);
+    }
+}
+
+/* ---- clients ----------------------------------------------------------------------------- */
+
+typedef struct rpc_client {
+    rpc_op op;
+    long n;
+    int64_t *lat; /* n latencies, ns */
+    pthread_barrier_t *go;
+    bfc_client *bfc;
+    nng_socket req;
+    PGconn *pg;
+    uint8_t *echo_buf;
+    size_t echo_len;
+    uint32_t echo_reply;
+    bool failed;
+} rpc_client;
+
+static bool call_check(bfc_client *c)
+{
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    bf_err err =
+        bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, NULL);
+    if (out != NULL)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return err == BF_OK;
+}
+
+static bool call_get(bfc_client *c)
+{
+    Buzz__Backfill__V1__GetRequest req = BUZZ__BACKFILL__V1__GET_REQUEST__INIT;
+    req.id = (char *)opts.id;
+    ProtobufCMessage *out = NULL;
+    bf_err err = bfc_call(c, &buzz__backfill__v1__admin__descriptor, "Get", &req.base, &out, NULL);
+    if (out != NULL)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return err == BF_OK;
+}
+
+static bool call_echo(rpc_client *k)
+{
+    memcpy(k->echo_buf, &k->echo_reply, 4);
+    if (nng_send(k->req, k->echo_buf, k->echo_len, 0) != 0)
+        return false;
+    void *reply = NULL;
+    size_t len = 0;
+    if (nng_recv(k->req, &reply, &len, NNG_FLAG_ALLOC) != 0)
+        return false;
+    nng_free(reply, len);
+    return len == k->echo_reply;
+}
+
+static bool call_pg(PGconn *c)
+{
+    const char *params[] = {opts.id};
+    PGresult *r = PQexecPrepared(c, "read", 1, params, NULL, NULL, 0);
+    bool ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    PQclear(r);
+    return ok;
+}
+
+static bool rpc_once(rpc_client *k, long i)
+{
+    switch (k->op) {
+    case OP_CHECK:
+        return call_check(k->bfc);
+    case OP_GET:
+        return call_get(k->bfc);
+    case OP_MIXED:
+        return i % 2 ? call_get(k->bfc) : call_check(k->bfc);
+    case OP_PG:
+        return call_pg(k->pg);
+    case OP_ECHO_CHECK:
+    case OP_ECHO_GET:
+        return call_echo(k);
+    }
+    return false;
+}
+
+static void *client_main(void *arg)
+{
+    rpc_client *k = arg;
+    for (long i = 0; i < RPC_WARMUP && !k->failed; i++)
+        k->failed = !rpc_once(k, i);
+    pthread_barrier_wait(k->go);
+    for (long i = 0; i < k->n && !k->failed; i++) {
+        int64_t t0 = now_ns();
+        k->failed = !rpc_once(k, i);
+        if (k->lat != NULL)
+            k->lat[i] = now_ns() - t0;
+    }
+    return NULL;
+}
+
+static void client_open(rpc_client *k)
+{
+    char diag[160] = "";
+    switch (k->op) {
+    case OP_CHECK:
+    case OP_GET:
+    case OP_MIXED: {
+        bfc_options o = {.token = opts.token, .timeout_ms = 30000, .retries = -1};
+        if (bfc_open(&k->bfc, opts.url, &o, diag, sizeof diag) != BF_OK)
+            die(diag);
+        break;
+    }
+    case OP_PG:
+        k->pg = PQconnectdb(opts.pg);
+        if (PQstatus(k->pg) != CONNECTION_OK)
+            die("cannot connect to PostgreSQL");
+        PQclear(PQprepare(k->pg, "read", "SELECT * FROM buzz_backfill.backfill WHERE id = $1", 1,
+                          NULL));
+        break;
+    case OP_ECHO_CHECK:
+    case OP_ECHO_GET:
+        if (nng_req0_open(&k->req) != 0 || nng_dial(k->req, echo_url, NULL, 0) != 0)
+            die("cannot dial the echo server");
+        nng_socket_set_ms(k->req, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+        k->echo_len = k->op == OP_ECHO_CHECK ? check_req_size : get_req_size;
+        k->echo_reply = (uint32_t)(k->op == OP_ECHO_CHECK ? check_resp_size : get_resp_size);
+        k->echo_buf = calloc(1, k->echo_len);
+        break;
+    }
+}
+
+static void client_close(rpc_client *k)
+{
+    bfc_close(k->bfc);
+    if (k->pg != NULL)
+        PQfinish(k->pg);
+    if (k->echo_buf != NULL) {
+        nng_close(k->req);
+        free(k->echo_buf);
+    }
+    free(k->lat);
+}
+
+typedef struct rpc_result {
+    double p50_us, p99_us, rps;
+} rpc_result;
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Run total requests of op over nclients; latencies kept unless quiet. */
+static rpc_result run_series(rpc_op op, int nclients, long total, bool keep)
+{
+    rpc_client k[RPC_MAX_CLIENTS];
+    memset(k, 0, sizeof k);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, (unsigned)nclients + 1);
+    long per = total / nclients;
+    pthread_t th[RPC_MAX_CLIENTS];
+    for (int i = 0; i < nclients; i++) {
+        k[i].op = op;
+        k[i].n = per;
+        k[i].go = &go;
+        k[i].lat = keep ? calloc((size_t)per, sizeof(int64_t)) : NULL;
+        client_open(&k[i]);
+        if (pthread_create(&th[i], NULL, client_main, &k[i]) != 0)
+            die("cannot start a client thread");
+    }
+    pthread_barrier_wait(&go);
+    int64_t t0 = now_ns();
+    for (int i = 0; i < nclients; i++)
+        pthread_join(th[i], NULL);
+    int64_t wall = now_ns() - t0;
+    pthread_barrier_destroy(&go);
+    rpc_result res = {0, 0, (double)(per * nclients) / ((double)wall / 1e9)};
+    int64_t *all = keep ? malloc((size_t)(per * nclients) * sizeof *all) : NULL;
+    for (int i = 0; i < nclients; i++) {
+        if (k[i].failed) {
+            fprintf(stderr, "rpc: %s failed: %s %s\n", rpc_op_names[op],
+                    k[i].bfc ? bfc_last_status(k[i].bfc)->message : "",
+                    k[i].bfc ? bfc_last_status(k[i].bfc)->transport_detail : "");
+            exit(1);
+        }
+        if (keep)
+            memcpy(all + (long)i * per, k[i].lat, (size_t)per * sizeof *all);
+        client_close(&k[i]);
+    }
+    if (keep) {
+        long n = per * nclients;
+        qsort(all, (size_t)n, sizeof *all, cmp_i64);
+        res.p50_us = (double)all[n / 2] / 1000.0;
+        res.p99_us = (double)all[(n * 99) / 100] / 1000.0;
+        free(all);
+    }
+    return res;
+}
+
+/* ---- sizes, memory ----------------------------------------------------------------------- */
+
+/* The packed size of the envelopes the client sends and the server answers for one method. */
+static void envelope_sizes(const ProtobufCMessage *req, const ProtobufCMessage *resp,
+                           const char *method, size_t *req_size, size_t *resp_size)
+{
+    uint8_t id[16] = {0};
+    uint8_t body[4096];
+    Buzz__Backfill__V1__RequestEnvelope env = BUZZ__BACKFILL__V1__REQUEST_ENVELOPE__INIT;
+    env.method = (char *)method;
+    env.has_request_id = true;
+    env.request_id.data = id;
+    env.request_id.len = sizeof id;
+    env.token = opts.token;
+    env.has_body = true;
+    env.body.data = body;
+    env.body.len = protobuf_c_message_pack(req, body);
+    env.has_deadline_ms = true;
+    env.deadline_ms = 30000;
+    *req_size = buzz__backfill__v1__request_envelope__get_packed_size(&env);
+    Buzz__Backfill__V1__Status st = BUZZ__BACKFILL__V1__STATUS__INIT;
+    Buzz__Backfill__V1__ResponseEnvelope out = BUZZ__BACKFILL__V1__RESPONSE_ENVELOPE__INIT;
+    out.status = &st;
+    out.has_body = true;
+    out.body.len = protobuf_c_message_get_packed_size(resp);
+    out.body.data = body;
+    out.has_request_id = true;
+    out.request_id = env.request_id;
+    *resp_size = buzz__backfill__v1__response_envelope__get_packed_size(&out);
+}
+
+/* Learn the real message sizes from one call of each method. */
+static void learn_sizes(void)
+{
+    bfc_client *c = NULL;
+    char diag[160] = "";
+    bfc_options o = {.token = opts.token, .timeout_ms = 30000, .retries = -1};
+    /* the daemon may still be starting: wait up to 30 s for its listener */
+    for (int i = 0; bfc_open(&c, opts.url, &o, diag, sizeof diag) != BF_OK; i++) {
+        if (i == 300)
+            die(diag);
+        usleep(100000);
+    }
+    Buzz__Backfill__V1__CheckRequest creq = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    if (bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &creq.base, &out, NULL) !=
+        BF_OK)
+        die("Readiness.Check failed (token, url?)");
+    envelope_sizes(&creq.base, out, "buzz.backfill.v1.Readiness.Check", &check_req_size,
+                   &check_resp_size);
+    protobuf_c_message_free_unpacked(out, NULL);
+    Buzz__Backfill__V1__GetRequest greq = BUZZ__BACKFILL__V1__GET_REQUEST__INIT;
+    greq.id = (char *)opts.id;
+    out = NULL;
+    if (bfc_call(c, &buzz__backfill__v1__admin__descriptor, "Get", &greq.base, &out, NULL) != BF_OK)
+        die("Admin.Get failed (id?)");
+    envelope_sizes(&greq.base, out, "buzz.backfill.v1.Admin.Get", &get_req_size, &get_resp_size);
+    protobuf_c_message_free_unpacked(out, NULL);
+    bfc_close(c);
+}
+
+/* utime + stime of a process, in clock ticks; -1 when unreadable */
+static long long cpu_ticks(long pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may contain spaces */
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st);
+}
+
+/* CPU ticks of the daemon, and of its PostgreSQL sessions (application_name buzz-backfill) when
+ * the server runs on this host. */
+static void server_ticks(PGconn *mon, long long *daemon, long long *backends)
+{
+    *daemon = cpu_ticks(opts.pid);
+    *backends = 0;
+    PGresult *r = PQexec(mon, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                              " AND application_name = 'buzz-backfill'");
+    for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+        long long t = cpu_ticks(strtol(PQgetvalue(r, i, 0), NULL, 10));
+        if (t < 0) {
+            *backends = -1; /* another host */
+            break;
+        }
+        *backends += t;
+    }
+    PQclear(r);
+}
+
+static long rss_kib(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", opts.pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static char *read_token(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        die("cannot read the token file");
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return buf;
+}
+
+static void usage(void)
+{
+    printf("usage: rpc --url tcp://HOST:PORT --token-file FILE --pg CONNINFO --id STABLE_ID\n"
+           "           --pid DAEMON_PID [--requests N] [--rss-requests N]\n");
+}
+
+static void parse(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"url", required_argument, NULL, 'u'},
+        {"token-file", required_argument, NULL, 't'},
+        {"pg", required_argument, NULL, 'p'},
+        {"id", required_argument, NULL, 'i'},
+        {"pid", required_argument, NULL, 'P'},
+        {"requests", required_argument, NULL, 'n'},
+        {"rss-requests", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            opts.url = optarg;
+            break;
+        case 't':
+            opts.token = read_token(optarg);
+            break;
+        case 'p':
+            opts.pg = optarg;
+            break;
+        case 'i':
+            opts.id = optarg;
+            break;
+        case 'P':
+            opts.pid = strtol(optarg, NULL, 10);
+            break;
+        case 'n':
+            opts.requests = strtol(optarg, NULL, 10);
+            break;
+        case 'r':
+            opts.rss_requests = strtol(optarg, NULL, 10);
+            break;
+        case 'h':
+            usage();
+            exit(0);
+        default:
+            usage();
+            exit(2);
+        }
+    }
+    if (!opts.url || !opts.token || !opts.pg || !opts.id || opts.pid <= 0 ||
+        opts.requests < RPC_MAX_CLIENTS || opts.rss_requests < 0) {
+        usage();
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    parse(argc, argv);
+    long rss_idle = rss_kib();
+    echo_start();
+    learn_sizes();
+    printf("daemon %s (pid %ld); echo %s; pg read: SELECT * FROM buzz_backfill.backfill WHERE "
+           "id = $1\n",
+           opts.url, opts.pid, echo_url);
+    printf("message sizes (bytes): Check request %zu, response %zu; Get request %zu, "
+           "response %zu\n",
+           check_req_size, check_resp_size, get_req_size, get_resp_size);
+    printf("%ld requests per series (after %d warm-up requests per client)\n\n", opts.requests,
+           RPC_WARMUP);
+
+    static const rpc_op ops[] = {OP_ECHO_CHECK, OP_CHECK, OP_ECHO_GET, OP_GET, OP_PG};
+    static const int clients[] = {1, 8};
+    rpc_result r[2][OP_PG + 1];
+    PGconn *mon = PQconnectdb(opts.pg);
+    if (PQstatus(mon) != CONNECTION_OK)
+        die("cannot connect to PostgreSQL");
+    double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
+    printf("%-20s %8s %10s %10s %12s %14s %14s\n", "series", "clients", "p50 us", "p99 us",
+           "requests/s", "daemon cpu us", "pg cpu us");
+    for (size_t ci = 0; ci < 2; ci++)
+        for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++) {
+            rpc_op op = ops[oi];
+            long long d0, b0, d1, b1;
+            server_ticks(mon, &d0, &b0);
+            r[ci][op] = run_series(op, clients[ci], opts.requests, true);
+            server_ticks(mon, &d1, &b1);
+            printf("%-20s %8d %10.1f %10.1f %12.0f", rpc_op_names[op], clients[ci],
+                   r[ci][op].p50_us, r[ci][op].p99_us, r[ci][op].rps);
+            if (op == OP_CHECK || op == OP_GET) { /* server CPU per request */
+                printf(" %14.1f", d0 >= 0 && d1 >= 0
+                                      ? (double)(d1 - d0) * tick_us / (double)opts.requests
+                                      : -1.0);
+                if (b0 >= 0 && b1 >= 0)
+                    printf(" %14.1f", (double)(b1 - b0) * tick_us / (double)opts.requests);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    PQfinish(mon);
+    long rss_warm = rss_kib();
+
+    printf("\nratios (p50)\n");
+    for (size_t ci = 0; ci < 2; ci++) {
+        const rpc_result *x = r[ci];
+        double budget = 2.0 * (x[OP_ECHO_CHECK].p50_us + x[OP_PG].p50_us);
+        printf("  %d client%s: Check/echo %.2f, Get/echo %.2f, Check/pg %.2f, Get/pg %.2f;"
+               " Check p50 %.1f us %s 2 x (echo %.1f + pg %.1f) = %.1f us: %s\n",
+               clients[ci], clients[ci] == 1 ? " " : "s",
+               x[OP_CHECK].p50_us / x[OP_ECHO_CHECK].p50_us,
+               x[OP_GET].p50_us / x[OP_ECHO_GET].p50_us, x[OP_CHECK].p50_us / x[OP_PG].p50_us,
+               x[OP_GET].p50_us / x[OP_PG].p50_us, x[OP_CHECK].p50_us,
+               x[OP_CHECK].p50_us <= budget ? "<=" : ">", x[OP_ECHO_CHECK].p50_us, x[OP_PG].p50_us,
+               budget, x[OP_CHECK].p50_us <= budget ? "met" : "NOT met");
+    }
+
+    if (opts.rss_requests > 0) {
+        int64_t t0 = now_ns();
+        rpc_result m = run_series(OP_MIXED, RPC_MAX_CLIENTS, opts.rss_requests, false);
+        double secs = (double)(now_ns() - t0) / 1e9;
+        long rss_after = rss_kib();
+        printf("\ndaemon memory (VmRSS): idle %ld KiB, after the series above %ld KiB, after %ld"
+               " more requests (Check and Get, 8 clients, %.0f s, %.0f requests/s) %ld KiB:"
+               " growth %+ld KiB (%+.1f%%) %s\n",
+               rss_idle, rss_warm, opts.rss_requests, secs, m.rps, rss_after, rss_after - rss_warm,
+               100.0 * (double)(rss_after - rss_warm) / (double)rss_warm,
+               rss_after - rss_warm <= rss_warm / 10 ? "(stable)" : "(GROWS)");
+    }
+    nng_close(echo_sock);
+    return 0;
+}

@@ -1,0 +1,145 @@
+/*
+ * test_definitions.c - the definitions module the daemon-driven suites load into real
+ * buzz-backfilld processes (target buzz-test-definitions, a shared object exporting
+ * buzz_backfill_module like any application module).
+ *
+ * Which definitions a process gets is chosen when the module is loaded, from the environment
+ * the test gives the daemon:
+ *
+ *   BUZZ_TEST_DEFINITIONS  comma-separated set names (below); unset or empty: none
+ *   BUZZ_TEST_REVISION     informational revision metadata of every definition (default "r1")
+ *
+ * so one module file serves as "the same definitions module" for two processes and as "a
+ * module lacking the definition" for a third. Every definition is declarative; tests make the
+ * source tables with bt_make_items() (id bigint PK, val, fixed, counter) and hold batches or
+ * validations on barriers: the SQL calls public.bt_barrier(key) (bt_install_barrier), which
+ * waits while the test holds that advisory lock. The mutation counts its applications in
+ * `counter`, so a row repaired twice (a stale owner's commit) is visible.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buzz/definition.h"
+
+#define TD_SET          "fixed = t.val * 2, counter = t.counter + 1"
+#define TD_POST         "t.fixed = t.val * 2 AND t.counter = 1"
+#define TD_NEEDS        "t.fixed IS NULL"
+#define TD_MAX_SELECTED 32
+
+/* One test definition over a bt_make_items() table, keyed by id. */
+#define TD_ITEMS(var, sid, tbl, batch, req, needs, post, prereq)                                   \
+    static bf_definition var = {                                                                   \
+        .id = sid,                                                                                 \
+        .description = "test definition " sid,                                                     \
+        .owner = "buzz tests",                                                                     \
+        .revision = "r1",                                                                          \
+        .table = tbl,                                                                              \
+        .key = {{"id", BF_KEY_BIGINT}},                                                            \
+        .nkey = 1,                                                                                 \
+        .batch_size = batch,                                                                       \
+        .required = req,                                                                           \
+        .needs_repair = needs,                                                                     \
+        .update_set = TD_SET,                                                                      \
+        .postcondition = post,                                                                     \
+        .prerequisite = prereq,                                                                    \
+        .retry = {.max_attempts = 2, .base_ms = 50, .cap_ms = 200},                                \
+    }
+
+/* conformance_06b: batches wait on barrier 601 while the test holds it. Deliberately not
+ * idempotent (every selected row is mutated again, counter + 1): only the generation fence
+ * keeps a stale owner's batch from applying twice, so the test sees a missing fence. */
+TD_ITEMS(c06b_items, "c06b.items_v1", "public.c06b_items", 50, true, "public.bt_barrier(601)",
+         TD_POST, NULL);
+/* conformance_06b: what the process "without the definition" runs instead */
+TD_ITEMS(c06b_other, "c06b.other_v1", "public.c06b_other", 50, false, TD_NEEDS, TD_POST, NULL);
+
+/* conformance_09 and test_admin_bad_input: a pending and a started row */
+TD_ITEMS(c09_items, "c09.items_v1", "public.c09_items", 50, false, TD_NEEDS, TD_POST, NULL);
+TD_ITEMS(c09_running, "c09.running_v1", "public.c09_items", 50, false, TD_NEEDS, TD_POST, NULL);
+
+/* conformance_10: one row per scenario, all over one table */
+TD_ITEMS(c10_dup, "c10.dup_v1", "public.c10_dup", 50, false, TD_NEEDS, TD_POST, NULL);
+TD_ITEMS(c10_conc, "c10.conc_v1", "public.c10_items", 50, false, TD_NEEDS, TD_POST, NULL);
+TD_ITEMS(c10_lost, "c10.lost_v1", "public.c10_items", 50, false, TD_NEEDS, TD_POST, NULL);
+TD_ITEMS(c10_ops, "c10.ops_v1", "public.c10_items", 50, false, TD_NEEDS, TD_POST, NULL);
+TD_ITEMS(c10_misc, "c10.misc_v1", "public.c10_items", 50, false, TD_NEEDS, TD_POST, NULL);
+
+/* conformance_11: validation waits on barrier 1101; public.c11_probe() tries to write when the
+ * test asks it to (c11_ctl.sneaky), which a read-only validation must refuse */
+TD_ITEMS(c11_items, "c11.items_v1", "public.c11_items", 100, false, TD_NEEDS,
+         TD_POST " AND public.bt_barrier(1101) AND public.c11_probe()", NULL);
+TD_ITEMS(c11_pending, "c11.pending_v1", "public.c11_items", 100, false, TD_NEEDS, TD_POST, NULL);
+
+/* conformance_13: a required and an optional backfill, batches held on 1301 / 1302 */
+TD_ITEMS(c13_req, "c13.req_v1", "public.c13_items", 50, true,
+         TD_NEEDS " AND public.bt_barrier(1301)", TD_POST, NULL);
+TD_ITEMS(c13_opt, "c13.opt_v1", "public.c13_opt", 50, false,
+         TD_NEEDS " AND public.bt_barrier(1302)", TD_POST, NULL);
+/* conformance_13, recovery in automatic mode: paused (batches held on 1311), blocked (an unmet
+ * prerequisite), failed (validation rejects while c13_ctl.break_validation) */
+TD_ITEMS(c13_paused, "c13.paused_v1", "public.c13_p", 50, true,
+         TD_NEEDS " AND public.bt_barrier(1311)", TD_POST, NULL);
+TD_ITEMS(c13_blocked, "c13.blocked_v1", "public.c13_b", 50, true, TD_NEEDS, TD_POST,
+         "(SELECT c.prereq_ok FROM public.c13_ctl c)");
+TD_ITEMS(c13_failed, "c13.failed_v1", "public.c13_f", 50, true, TD_NEEDS,
+         TD_POST " AND NOT (SELECT c.break_validation FROM public.c13_ctl c)", NULL);
+
+/* bench/rpc: the row Admin.Get reads */
+TD_ITEMS(bench_items, "bench.items_v1", "public.bench_items", 100, false, TD_NEEDS, TD_POST, NULL);
+
+typedef struct td_set {
+    const char *name;
+    bf_definition *defs[6];
+} td_set;
+
+static const td_set td_sets[] = {
+    {"c06b", {&c06b_items}},
+    {"c06b_other", {&c06b_other}},
+    {"c09", {&c09_items, &c09_running}},
+    {"c10", {&c10_dup, &c10_conc, &c10_lost, &c10_ops, &c10_misc}},
+    {"c11", {&c11_items, &c11_pending}},
+    {"c13", {&c13_req, &c13_opt}},
+    {"c13rec", {&c13_paused, &c13_blocked, &c13_failed}},
+    {"bench", {&bench_items}},
+};
+
+static const bf_definition *td_selected[TD_MAX_SELECTED];
+
+__attribute__((visibility("default"))) bf_module buzz_backfill_module = {
+    .abi = BF_MODULE_ABI,
+    .name = "buzz-test-definitions",
+    .definitions = td_selected,
+    .count = 0,
+};
+
+static void td_select(const char *name, size_t len, const char *revision)
+{
+    for (size_t i = 0; i < sizeof td_sets / sizeof td_sets[0]; i++) {
+        if (strlen(td_sets[i].name) != len || strncmp(td_sets[i].name, name, len) != 0)
+            continue;
+        for (size_t j = 0; j < 6 && td_sets[i].defs[j] != NULL; j++) {
+            if (buzz_backfill_module.count == TD_MAX_SELECTED)
+                return;
+            td_sets[i].defs[j]->revision = revision;
+            td_selected[buzz_backfill_module.count++] = td_sets[i].defs[j];
+        }
+    }
+}
+
+/* Runs when the daemon dlopen()s the module, before it reads buzz_backfill_module. */
+__attribute__((constructor)) static void td_init(void)
+{
+    const char *list = getenv("BUZZ_TEST_DEFINITIONS");
+    const char *revision = getenv("BUZZ_TEST_REVISION");
+    if (revision == NULL || revision[0] == '\0')
+        revision = "r1";
+    if (list == NULL)
+        return;
+    while (*list != '\0') {
+        size_t len = strcspn(list, ",");
+        td_select(list, len, revision);
+        list += len;
+        if (*list == ',')
+            list++;
+    }
+}
