@@ -34,10 +34,10 @@ static bf_validation_outcome outcome_parse(const char *s)
     return BF_VALIDATION_NONE;
 }
 
-void bf__row_from_result(const PGresult *r, int row, int col0, bf_backfill *out)
+void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
 {
     memset(out, 0, sizeof *out);
-    int c = col0;
+    int c = 0;
     bf__copy(out->id, sizeof out->id, bf__field(r, row, c++));
     bf_state st = 0;
     if (bf_state_parse(bf__field(r, row, c++), &st) == BF_OK)
@@ -98,7 +98,7 @@ bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *o
         PQclear(r);
         return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
     }
-    bf__row_from_result(r, 0, 0, out);
+    bf__row_from_result(r, 0, out);
     PQclear(r);
     return BF_OK;
 }
@@ -140,7 +140,7 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
         return err;
     int n = PQntuples(r);
     for (int i = 0; i < n; i++)
-        bf__row_from_result(r, i, 0, &out[i]);
+        bf__row_from_result(r, i, &out[i]);
     PQclear(r);
     *count_out = n;
     return BF_OK;
@@ -207,38 +207,29 @@ bf_err bf_register_all(bf_engine *e)
 
 /* ---- readiness gate -------------------------------------------------------------------- */
 
-bf_err bf_gate(bf_engine *e, bf_backfill *ids, int max, int *gating_out)
+bf_err bf_gate(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
 {
     if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
         return BF_ERR_INVALID_ARGUMENT;
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
-    char *req = bf__registry_ids_literal(e->reg, true);
-    if (req == NULL)
-        return BF_ERR_NOMEM;
-    /* a required ID without a row gates too (state 0: not registered) */
-    char sql[2400];
-    bf__format(sql, sizeof sql,
-               "SELECT r.id, b.id IS NULL, %s FROM unnest($1::text[]) AS r(id)"
-               " LEFT JOIN buzz_backfill.backfill b ON b.id = r.id"
-               " WHERE b.id IS NULL OR b.state <> 'completed' ORDER BY r.id",
-               bf__backfill_columns);
-    const char *params[] = {req};
+    /* a required ID without a row gates too (state NULL: not registered) */
+    const char *params[] = {bf__registry_ids(e->reg, true)};
     PGresult *r = NULL;
-    err = bf__exec_stmt(e, &r, "readiness gate", BF_STMT_GATE, sql, 1, params);
-    free(req);
+    err = bf__exec_stmt(e, &r, "readiness gate", BF_STMT_GATE,
+                        "SELECT r.id, b.state FROM unnest($1::text[]) AS r(id)"
+                        " LEFT JOIN buzz_backfill.backfill b ON b.id = r.id"
+                        " WHERE b.id IS NULL OR b.state <> 'completed' ORDER BY r.id",
+                        1, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
     for (int i = 0; i < n && i < max; i++) {
-        bf_backfill *row = &ids[i];
-        if (bf__field_bool(r, i, 1)) {
-            memset(row, 0, sizeof *row);
-            bf__copy(row->id, sizeof row->id, bf__field(r, i, 0));
-        } else {
-            bf__row_from_result(r, i, 2, row); /* row columns follow the two leading ones */
-        }
+        bf__copy(ids[i].id, sizeof ids[i].id, bf__field(r, i, 0));
+        bf_state st = 0;
+        (void)bf_state_parse(bf__field(r, i, 1), &st);
+        ids[i].state = st;
     }
     PQclear(r);
     *gating_out = n;

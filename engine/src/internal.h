@@ -35,11 +35,14 @@ struct bf_registry {
     size_t count, cap;
     void **modules; /* dlopen handles kept for the registry's lifetime */
     size_t nmodules;
+    char *ids_all;      /* text[] literal of every stable ID, rebuilt on change */
+    char *ids_required; /* text[] literal of the required stable IDs */
 };
 
 const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id, size_t *index);
-/* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked); malloc'd. */
-char *bf__registry_ids_literal(const bf_registry *reg, bool required_only);
+/* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked), owned by the
+ * registry ("{}" when empty). */
+const char *bf__registry_ids(const bf_registry *reg, bool required_only);
 
 /* ---- engine session (engine.c) --------------------------------------------------------- */
 
@@ -130,8 +133,8 @@ const char *bf__error_class_name(bf_err err);
 
 /* The column list bf__row_from_result() expects, for "SELECT <cols> FROM buzz_backfill.backfill b". */
 extern const char bf__backfill_columns[];
-/* Decode the columns of bf__backfill_columns starting at column col0. */
-void bf__row_from_result(const PGresult *r, int row, int col0, bf_backfill *out);
+/* Decode one row of a result whose columns are bf__backfill_columns. */
+void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);
 

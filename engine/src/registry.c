@@ -440,6 +440,47 @@ static bf_err compile(const bf_definition *d, bf_compiled *c)
     return BF_OK;
 }
 
+/* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked). */
+static char *registry_ids_literal(const bf_registry *reg, bool required_only)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "{");
+    bool first = true;
+    for (size_t i = 0; i < bf_registry_count(reg); i++) {
+        const bf_definition *d = reg->items[i].def;
+        if (required_only && !d->required)
+            continue;
+        bf_strbuf_addf(&sb, "%s%s", first ? "" : ",", d->id); /* stable IDs need no quoting */
+        first = false;
+    }
+    bf_strbuf_add(&sb, "}");
+    return bf_strbuf_take(&sb);
+}
+
+/* Rebuild the ID literals after the registry changed. */
+static bf_err registry_refresh_ids(bf_registry *reg)
+{
+    char *all = registry_ids_literal(reg, false);
+    char *required = registry_ids_literal(reg, true);
+    if (all == NULL || required == NULL) {
+        free(all);
+        free(required);
+        return BF_ERR_NOMEM;
+    }
+    free(reg->ids_all);
+    free(reg->ids_required);
+    reg->ids_all = all;
+    reg->ids_required = required;
+    return BF_OK;
+}
+
+const char *bf__registry_ids(const bf_registry *reg, bool required_only)
+{
+    const char *s = required_only ? reg->ids_required : reg->ids_all;
+    return s != NULL ? s : "{}";
+}
+
 /* ---- registry -------------------------------------------------------------------------- */
 
 bf_err bf_registry_new(bf_registry **out)
@@ -463,6 +504,8 @@ void bf_registry_free(bf_registry *reg)
     for (size_t i = 0; i < reg->nmodules; i++)
         dlclose(reg->modules[i]);
     free(reg->modules);
+    free(reg->ids_all);
+    free(reg->ids_required);
     free(reg);
 }
 
@@ -487,7 +530,9 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
     if (err != BF_OK)
         return err;
     reg->count++;
-    return BF_OK;
+    if ((err = registry_refresh_ids(reg)) != BF_OK)
+        compiled_fini(&reg->items[--reg->count]);
+    return err;
 }
 
 bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, size_t diag_len)
@@ -520,6 +565,7 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
     if (err != BF_OK) {
         while (reg->count > before)
             compiled_fini(&reg->items[--reg->count]);
+        (void)registry_refresh_ids(reg);
         dlclose(handle);
         return err;
     }
@@ -558,19 +604,3 @@ const bf_definition *bf_registry_find(const bf_registry *reg, const char *id)
     return c ? c->def : NULL;
 }
 
-char *bf__registry_ids_literal(const bf_registry *reg, bool required_only)
-{
-    bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "{");
-    bool first = true;
-    for (size_t i = 0; i < bf_registry_count(reg); i++) {
-        const bf_definition *d = reg->items[i].def;
-        if (required_only && !d->required)
-            continue;
-        bf_strbuf_addf(&sb, "%s%s", first ? "" : ",", d->id); /* stable IDs need no quoting */
-        first = false;
-    }
-    bf_strbuf_add(&sb, "}");
-    return bf_strbuf_take(&sb);
-}

@@ -32,7 +32,7 @@ struct bf_worker {
     atomic_bool stop;
     int wake[2]; /* self-pipe: bf_worker_stop() writes, the idle wait polls */
     bool listening;
-    char *ids; /* text[] literal of every stable ID this registry knows */
+    const char *ids; /* text[] literal of every stable ID this registry knows */
 
     /* the held claim; meaningful only while has_claim */
     bool has_claim;
@@ -752,11 +752,7 @@ bf_err bf_worker_new(bf_worker **out, bf_engine *engine, const bf_worker_hooks *
         free(w);
         return BF_ERR_IO;
     }
-    w->ids = bf__registry_ids_literal(engine->reg, false);
-    if (w->ids == NULL) {
-        bf_worker_free(w);
-        return BF_ERR_NOMEM;
-    }
+    w->ids = bf__registry_ids(engine->reg, false);
     *out = w;
     return BF_OK;
 }
@@ -771,6 +767,5 @@ void bf_worker_free(bf_worker *w)
         (void)bf__exec0(w->e, "unlisten", "UNLISTEN buzz_backfill", 0, NULL);
     close(w->wake[0]);
     close(w->wake[1]);
-    free(w->ids);
     free(w);
 }

@@ -44,7 +44,7 @@ typedef struct readiness_answer {
     char reasons[COMP_COUNT][READINESS_REASON_MAX];
     Buzz__Backfill__V1__GatingBackfill gating[READINESS_GATING_MAX];
     Buzz__Backfill__V1__GatingBackfill *gating_ptrs[READINESS_GATING_MAX];
-    bf_backfill rows[READINESS_GATING_MAX];
+    bf_gate_entry rows[READINESS_GATING_MAX];
     int gating_total;
     uint64_t fingerprint;
 } readiness_answer;

@@ -118,7 +118,7 @@ static int child_register(bf_engine *e, const bf_definition *d)
 {
     if (bf_register(e, d) != BF_OK)
         return EXIT_REGISTER;
-    bf_backfill gating[4];
+    bf_gate_entry gating[4];
     int n = -1;
     if (bf_gate(e, gating, 4, &n) != BF_OK || n < 0 || n > 1)
         return EXIT_GATE;
@@ -422,7 +422,7 @@ static void rolling_deployment(const char *id, const char *table, bool a_first, 
     fail_closed_phase(c, op, id, table);
     race_phase(c, op, id, table, keys);
     int gating = -1;
-    bf_backfill gate[2];
+    bf_gate_entry gate[2];
     assert_int_equal(bf_gate(op, gate, 2, &gating), BF_OK);
     for (int i = 0; i < gating && i < 2; i++)
         assert_string_not_equal(gate[i].id, id);

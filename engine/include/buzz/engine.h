@@ -234,9 +234,15 @@ bf_err bf_audit_list(bf_engine *engine, const char *id, int64_t before_seq, bf_a
 /* Start every pending row that this registry marks required (automatic mode). */
 bf_err bf_start_required(bf_engine *engine, const bf_actor *who, int *started_out);
 
-/* The gate as PostgreSQL says now: the required IDs of this registry that are not completed.
- * ids (may be NULL) receives up to max entries; *gating_out the total. */
-bf_err bf_gate(bf_engine *engine, bf_backfill *ids, int max, int *gating_out);
+/* One backfill keeping the readiness gate closed. */
+typedef struct bf_gate_entry {
+    char id[BF_ID_MAX + 1];
+    bf_state state; /* 0: required by this registry but not registered yet */
+} bf_gate_entry;
+
+/* The gate as PostgreSQL says now: the required IDs of this registry that are not completed,
+ * ordered by ID. ids (may be NULL) receives up to max entries; *gating_out the total. */
+bf_err bf_gate(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out);
 
 /*
  * Wait up to timeout_ms for a "buzz_backfill" notification on this engine's connection (the
