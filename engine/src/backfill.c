@@ -16,12 +16,25 @@ const char bf__backfill_columns[] =
     " b.batch_size, array_to_string(b.bound, ', '), b.bound_empty,"
     " array_to_string(b.checkpoint, ', '), b.generation, b.claim_owner,"
     " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"
-    " " US("b.claim_expires_at") ", b.attempts, " US("b.next_attempt_at") ","
-    " b.error_class, b.error_detail, b.validation_outcome, b.validation_detail,"
-    " " US("b.validated_at") ", b.validation_request, b.rows_committed,"
-    " b.batches_committed, b.source_estimate, " US("b.registered_at") ","
-    " " US("b.updated_at") ", " US("b.started_at") ", " US("b.last_progress_at") ","
-    " " US("b.completed_at") ", " US("clock_timestamp()");
+    " " US("b.claim_expires_at") ", b.attempts, " US(
+        "b.next_attempt_at") ","
+                             " b.error_class, b.error_detail, b.validation_outcome, "
+                             "b.validation_detail,"
+                             " " US("b.validated_at") ", b.validation_request, b.rows_committed,"
+                                                      " b.batches_committed, "
+                                                      "b.source_estimate, " US(
+                                                          "b.registered_at") ","
+                                                                             " " US("b.updated_at") ", " US("b.started_at") ", " US(
+                                                                                 "b.last_progress_"
+                                                                                 "at") ","
+                                                                                       " " US("b."
+                                                                                              "comp"
+                                                                                              "lete"
+                                                                                              "d_"
+                                                                                              "at") ", " US(
+                                                                                           "clock_"
+                                                                                           "timesta"
+                                                                                           "mp()");
 
 static bf_validation_outcome outcome_parse(const char *s)
 {
@@ -161,8 +174,10 @@ bf_err bf_register(bf_engine *e, const bf_definition *def)
     char batch[16];
     bf__format(batch, sizeof batch, "%d", def->batch_size);
     const char *params[] = {
-        def->id,          c->key_types,
-        batch,            def->required ? "true" : "false",
+        def->id,
+        c->key_types,
+        batch,
+        def->required ? "true" : "false",
         def->description ? def->description : "",
         def->owner ? def->owner : "",
         def->revision ? def->revision : "",
@@ -207,6 +222,18 @@ bf_err bf_register_all(bf_engine *e)
 
 /* ---- readiness gate -------------------------------------------------------------------- */
 
+int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max)
+{
+    int n = PQntuples(r) - first;
+    for (int i = 0; i < n && i < max; i++) {
+        bf__copy(ids[i].id, sizeof ids[i].id, bf__field(r, first + i, col));
+        bf_state st = 0;
+        (void)bf_state_parse(bf__field(r, first + i, col + 1), &st);
+        ids[i].state = st;
+    }
+    return n;
+}
+
 bf_err bf_gate(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
 {
     if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
@@ -224,14 +251,7 @@ bf_err bf_gate(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
                         1, params);
     if (err != BF_OK)
         return err;
-    int n = PQntuples(r);
-    for (int i = 0; i < n && i < max; i++) {
-        bf__copy(ids[i].id, sizeof ids[i].id, bf__field(r, i, 0));
-        bf_state st = 0;
-        (void)bf_state_parse(bf__field(r, i, 1), &st);
-        ids[i].state = st;
-    }
+    *gating_out = bf__gate_rows(r, 0, 0, ids, max);
     PQclear(r);
-    *gating_out = n;
     return BF_OK;
 }

@@ -91,6 +91,7 @@ typedef enum bf_stmt {
     BF_STMT_GET_FOR_UPDATE = 1,
     BF_STMT_GATE = 2,
     BF_STMT_MIGRATIONS = 3,
+    BF_STMT_READINESS = 4,
     BF_STMT_COUNT
 } bf_stmt;
 
@@ -135,6 +136,9 @@ const char *bf__error_class_name(bf_err err);
 extern const char bf__backfill_columns[];
 /* Decode one row of a result whose columns are bf__backfill_columns. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
+/* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
+ * rows there are, writing at most max. */
+int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max);
 /* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);
 

@@ -161,15 +161,15 @@ static void migration_checksum(const migration *m, char hex[65])
 static bf_err migrate_verify(bf_engine *e, const PGresult *applied, int *next_out)
 {
     int next = 1;
-    for (int i = 0; i < PQntuples(applied); i++) {
+    /* rows with a NULL version (readiness appends the gate's rows) end the list */
+    for (int i = 0; i < PQntuples(applied) && !bf__isnull(applied, i, 0); i++) {
         int version = (int)bf__field_i64(applied, i, 0);
         if (version > BF_SCHEMA_VERSION)
             return bf__diag(e, BF_ERR_SCHEMA_TOO_NEW,
                             "database has engine schema version %d; this binary knows up to %d",
                             version, BF_SCHEMA_VERSION);
         if (version != next)
-            return bf__diag(e, BF_ERR_SCHEMA_CHECKSUM, "engine schema version %d is missing",
-                            next);
+            return bf__diag(e, BF_ERR_SCHEMA_CHECKSUM, "engine schema version %d is missing", next);
         char hex[65];
         migration_checksum(&migrations[version - 1], hex);
         if (strcmp(hex, bf__field(applied, i, 1)) != 0)
@@ -235,41 +235,91 @@ bf_err bf_migrate(bf_engine *e)
     return err;
 }
 
-bf_err bf_schema_check(bf_engine *e, int *version_out)
+/* The readiness statement: the applied migrations, then the gate's rows (version NULL). */
+static const char readiness_sql[] =
+    "SELECT m.version, m.checksum, NULL::text, NULL::text FROM buzz_backfill.schema_migration m"
+    " UNION ALL SELECT NULL, NULL, r.id, b.state FROM unnest($1::text[]) AS r(id)"
+    " LEFT JOIN buzz_backfill.backfill b ON b.id = r.id"
+    " WHERE b.id IS NULL OR b.state <> 'completed' ORDER BY 1 NULLS LAST, 3";
+
+/* Run a schema-reading statement prepared once per connection; a missing schema fails the
+ * prepare itself and is reported as BF_ERR_SCHEMA_MISSING without noise in the log. Then
+ * verify the applied versions. */
+static bf_err schema_read(bf_engine *e, bf_stmt stmt, const char *sql, int nparams,
+                          const char *const *params, PGresult **out, int *version_out)
 {
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
-    /* one round trip (readiness calls this on every check): a missing schema or table shows
-     * as undefined_table / invalid_schema_name */
-    PGresult *r = NULL;
-    if (!(e->stmt_prepared & (1u << BF_STMT_MIGRATIONS))) {
-        /* prepared once per connection; a missing schema fails the prepare itself */
-        PGresult *p = PQprepare(e->conn, "bf_s3", applied_sql, 0, NULL);
+    if (!(e->stmt_prepared & (1u << stmt))) {
+        char name[16];
+        bf__format(name, sizeof name, "bf_s%d", (int)stmt);
+        PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
         const char *state = PQresultErrorField(p, PG_DIAG_SQLSTATE);
         bool ok = PQresultStatus(p) == PGRES_COMMAND_OK;
-        bool missing = state != NULL && (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0);
+        bool missing =
+            state != NULL && (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0);
         err = ok        ? BF_OK
               : missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
                         : bf__pg_error(e, p, "read migrations");
         PQclear(p);
         if (err != BF_OK)
             return err;
-        e->stmt_prepared |= 1u << BF_STMT_MIGRATIONS;
+        e->stmt_prepared |= 1u << stmt;
     }
-    if ((err = bf__exec_stmt(e, &r, "read migrations", BF_STMT_MIGRATIONS, applied_sql, 0,
-                             NULL)) != BF_OK)
+    PGresult *r = NULL;
+    if ((err = bf__exec_stmt(e, &r, "read migrations", stmt, sql, nparams, params)) != BF_OK) {
+        if (strcmp(e->sqlstate, "42P01") == 0 || strcmp(e->sqlstate, "3F000") == 0) {
+            /* dropped since it was prepared: prepare again next time */
+            e->stmt_prepared &= ~(1u << stmt);
+            char name[16];
+            bf__format(name, sizeof name, "bf_s%d", (int)stmt);
+            char dealloc[48];
+            bf__format(dealloc, sizeof dealloc, "DEALLOCATE %s", name);
+            (void)bf__exec0(e, "deallocate", dealloc, 0, NULL);
+            return bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed");
+        }
         return err;
+    }
     int next = 1;
     err = migrate_verify(e, r, &next);
-    PQclear(r);
-    if (err != BF_OK)
+    if (err == BF_OK && next <= BF_SCHEMA_VERSION)
+        err = bf__diag(e, BF_ERR_SCHEMA_MISSING,
+                       "engine schema is at version %d; this binary needs %d", next - 1,
+                       BF_SCHEMA_VERSION);
+    if (err != BF_OK) {
+        PQclear(r);
         return err;
-    if (next <= BF_SCHEMA_VERSION)
-        return bf__diag(e, BF_ERR_SCHEMA_MISSING,
-                        "engine schema is at version %d; this binary needs %d", next - 1,
-                        BF_SCHEMA_VERSION);
+    }
     if (version_out != NULL)
         *version_out = next - 1;
+    *out = r;
+    return BF_OK;
+}
+
+bf_err bf_schema_check(bf_engine *e, int *version_out)
+{
+    if (e == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    PGresult *r = NULL;
+    bf_err err = schema_read(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL, &r, version_out);
+    PQclear(r);
+    return err;
+}
+
+bf_err bf_readiness_read(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
+{
+    if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
+        return BF_ERR_INVALID_ARGUMENT;
+    const char *params[] = {bf__registry_ids(e->reg, true)};
+    PGresult *r = NULL;
+    bf_err err = schema_read(e, BF_STMT_READINESS, readiness_sql, 1, params, &r, NULL);
+    if (err != BF_OK)
+        return err;
+    int first = 0;
+    while (first < PQntuples(r) && !bf__isnull(r, first, 0))
+        first++;
+    *gating_out = bf__gate_rows(r, first, 2, ids, max);
+    PQclear(r);
     return BF_OK;
 }

@@ -3,7 +3,8 @@
  *
  * Design notes: three components, each READY, NOT_READY or UNKNOWN_STATUS with a reason:
  *   database   reachable (UNKNOWN when it cannot be reached: we do not know, we do not guess)
- *   schema     bf_schema_check(): the engine schema this binary needs is installed
+ *   schema     bf_schema_check() (with the gate in one round trip: bf_readiness_read()): the
+ *              engine schema this binary needs is installed
  *   backfills  automatic mode: bf_gate() lists the required IDs of this process's registry that
  *              are not completed (an ID without a row gates too); manual mode adds no gate.
  * ready is true only when all three are READY. The optional wait (at most 30 s, and never past
@@ -107,14 +108,9 @@ static void readiness_schema(readiness_answer *a, bf_engine *e, bf_err err)
     readiness_set(a, COMP_SCHEMA, ST_NOT, "%s: %s", what, bf_engine_diag(e));
 }
 
-static void readiness_backfills(readiness_answer *a, bf_engine *e)
+/* The gate's rows (already read with the schema verdict) into the answer. */
+static void readiness_backfills(readiness_answer *a, int n)
 {
-    int n = 0;
-    bf_err err = bf_gate(e, a->rows, READINESS_GATING_MAX, &n);
-    if (err != BF_OK) {
-        readiness_set(a, COMP_BACKFILLS, ST_UNKNOWN, "gate could not be read: %s", bf_err_str(err));
-        return;
-    }
     a->gating_total = n;
     int listed = n < READINESS_GATING_MAX ? n : READINESS_GATING_MAX;
     for (int i = 0; i < listed; i++) {
@@ -173,7 +169,11 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     r->n_components = COMP_COUNT;
     r->components = a->comp_ptrs;
 
-    bf_err err = e != NULL ? bf_schema_check(e, NULL) : open_err;
+    /* one round trip: the schema verdict, and in automatic mode the gate with it */
+    int gating = 0;
+    bf_err err = e == NULL            ? open_err
+                 : ctx->auto_backfill ? bf_readiness_read(e, a->rows, READINESS_GATING_MAX, &gating)
+                                      : bf_schema_check(e, NULL);
     bool reachable = e != NULL && !readiness_transient(err);
     if (!reachable) {
         readiness_set(a, COMP_DATABASE, ST_UNKNOWN, "%s", readiness_unreachable(err));
@@ -189,7 +189,7 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     else if (err != BF_OK)
         readiness_set(a, COMP_BACKFILLS, ST_UNKNOWN, "%s", "schema not ready");
     else
-        readiness_backfills(a, e);
+        readiness_backfills(a, gating);
 
     bool ready = true;
     for (int i = 0; i < COMP_COUNT; i++)

@@ -244,6 +244,10 @@ typedef struct bf_gate_entry {
  * ordered by ID. ids (may be NULL) receives up to max entries; *gating_out the total. */
 bf_err bf_gate(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out);
 
+/* Both readiness inputs in one round trip: returns what bf_schema_check() would, and only when
+ * the schema is ready writes the gate as bf_gate() would. */
+bf_err bf_readiness_read(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out);
+
 /*
  * Wait up to timeout_ms for a "buzz_backfill" notification on this engine's connection (the
  * engine NOTIFYs on every lifecycle change). The first call issues LISTEN, which then stays
