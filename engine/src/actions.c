@@ -49,9 +49,10 @@ static const char *const transition_sql[] = {
                         " generation = generation + 1, claim_owner = NULL,"
                         " claim_expires_at = NULL, claimed_at = NULL,"
                         " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
-    [BF_ACTION_RESUME] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
-                         " generation = generation + 1, next_attempt_at = NULL,"
-                         " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+    [BF_ACTION_RESUME] =
+        "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
+        " generation = generation + 1, next_attempt_at = NULL,"
+        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
     [BF_ACTION_RETRY] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
                         " generation = generation + 1, attempts = 0, next_attempt_at = NULL,"
                         " error_class = NULL, error_detail = NULL, error_at = NULL,"
@@ -63,8 +64,7 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
 {
     const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
     if (c == NULL)
-        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s",
-                        id);
+        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
     PGresult *r = NULL;
     const char *kp[] = {id};
     bf_err err = bf__exec(e, &r, "read key types",
@@ -133,9 +133,8 @@ static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_a
     out->generation = bf__field_i64(r, 0, 1);
     out->changed = true;
     PQclear(r);
-    bf__format(out->detail, sizeof out->detail, "accepted: %s -> %s%s%s",
-               bf_state_name(out->prior), bf_state_name(out->result), detail[0] ? ", " : "",
-               detail);
+    bf__format(out->detail, sizeof out->detail, "accepted: %s -> %s%s%s", bf_state_name(out->prior),
+               bf_state_name(out->result), detail[0] ? ", " : "", detail);
     /* wakes idle workers and readiness waiters on commit; they re-read before acting */
     const char *params[] = {id};
     return bf__exec0(e, "notify", "SELECT pg_notify('buzz_backfill', $1)", 1, params);
@@ -198,8 +197,8 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
         bf_err stored = out->err;
         char outcome[BF_DIAG_MAX];
         bf__format(outcome, sizeof outcome, "replayed: %s", out->detail);
-        bf_audit_record rec = {id, name, who, out->prior, out->result, out->prior != 0,
-                               out->generation, outcome};
+        bf_audit_record rec = {
+            id, name, who, out->prior, out->result, out->prior != 0, out->generation, outcome};
         err = bf__get_row(e, id, false, &out->row);
         if (err == BF_ERR_NOT_FOUND)
             err = BF_OK;
@@ -240,8 +239,8 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
         }
     }
     if (err == BF_OK) {
-        bf_audit_record rec = {id, name, who, out->prior, out->result, out->prior != 0,
-                               out->generation, out->detail};
+        bf_audit_record rec = {
+            id, name, who, out->prior, out->result, out->prior != 0, out->generation, out->detail};
         err = bf__audit(e, &rec);
     }
     if (err == BF_OK)

@@ -8,33 +8,40 @@
 
 #include "internal.h"
 
-/* timestamps travel as microseconds since the epoch; NULL stays NULL (unknown) */
-#define US(col) "(extract(epoch FROM " col ") * 1000000)::bigint"
-
+/* Timestamps travel as microseconds since the epoch; NULL stays NULL (unknown). */
 const char bf__backfill_columns[] =
-    "b.id, b.state, b.required, b.description, b.owner_meta, b.revision, b.key_types,"
-    " b.batch_size, array_to_string(b.bound, ', '), b.bound_empty,"
-    " array_to_string(b.checkpoint, ', '), b.generation, b.claim_owner,"
+    "b.id,"
+    " b.state,"
+    " b.required,"
+    " b.description,"
+    " b.owner_meta,"
+    " b.revision,"
+    " b.key_types,"
+    " b.batch_size,"
+    " array_to_string(b.bound, ', '),"
+    " b.bound_empty,"
+    " array_to_string(b.checkpoint, ', '),"
+    " b.generation,"
+    " b.claim_owner,"
     " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"
-    " " US("b.claim_expires_at") ", b.attempts, " US(
-        "b.next_attempt_at") ","
-                             " b.error_class, b.error_detail, b.validation_outcome, "
-                             "b.validation_detail,"
-                             " " US("b.validated_at") ", b.validation_request, b.rows_committed,"
-                                                      " b.batches_committed, "
-                                                      "b.source_estimate, " US(
-                                                          "b.registered_at") ","
-                                                                             " " US("b.updated_at") ", " US("b.started_at") ", " US(
-                                                                                 "b.last_progress_"
-                                                                                 "at") ","
-                                                                                       " " US("b."
-                                                                                              "comp"
-                                                                                              "lete"
-                                                                                              "d_"
-                                                                                              "at") ", " US(
-                                                                                           "clock_"
-                                                                                           "timesta"
-                                                                                           "mp()");
+    " (extract(epoch FROM b.claim_expires_at) * 1000000)::bigint,"
+    " b.attempts,"
+    " (extract(epoch FROM b.next_attempt_at) * 1000000)::bigint,"
+    " b.error_class,"
+    " b.error_detail,"
+    " b.validation_outcome,"
+    " b.validation_detail,"
+    " (extract(epoch FROM b.validated_at) * 1000000)::bigint,"
+    " b.validation_request,"
+    " b.rows_committed,"
+    " b.batches_committed,"
+    " b.source_estimate,"
+    " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"
+    " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"
+    " (extract(epoch FROM b.started_at) * 1000000)::bigint,"
+    " (extract(epoch FROM b.last_progress_at) * 1000000)::bigint,"
+    " (extract(epoch FROM b.completed_at) * 1000000)::bigint,"
+    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 static bf_validation_outcome outcome_parse(const char *s)
 {

@@ -194,8 +194,8 @@ bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql,
     return err;
 }
 
-bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt,
-                     const char *sql, int nparams, const char *const *params)
+bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
+                     int nparams, const char *const *params)
 {
     char name[16];
     bf__format(name, sizeof name, "bf_s%d", (int)stmt);

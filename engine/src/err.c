@@ -28,9 +28,9 @@ const char *bf_err_name(bf_err err)
 }
 
 static const char *const state_names[] = {
-    [BF_STATE_PENDING] = "pending",   [BF_STATE_RUNNING] = "running",
-    [BF_STATE_PAUSED] = "paused",     [BF_STATE_BLOCKED] = "blocked",
-    [BF_STATE_FAILED] = "failed",     [BF_STATE_VALIDATING] = "validating",
+    [BF_STATE_PENDING] = "pending",     [BF_STATE_RUNNING] = "running",
+    [BF_STATE_PAUSED] = "paused",       [BF_STATE_BLOCKED] = "blocked",
+    [BF_STATE_FAILED] = "failed",       [BF_STATE_VALIDATING] = "validating",
     [BF_STATE_COMPLETED] = "completed",
 };
 

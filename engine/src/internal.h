@@ -18,16 +18,17 @@
 /* The SQL the engine derives from one definition, built once when it joins a registry. */
 typedef struct bf_compiled {
     const bf_definition *def;
-    char key_types[96];   /* canonical key signature, "timestamptz,bytea" */
-    char *sql_bound;      /* capture the inclusive upper bound: greatest key as text[] */
-    char *sql_estimate;   /* planner row estimate of the source table */
-    char *sql_batch[2];   /* declarative batch: [0] before any checkpoint, [1] after one */
-    char *sql_keys[2];    /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3 after) */
-    char *sql_vchunk[2];  /* declarative validation chunk: count, bad, last key */
+    char key_types[96]; /* canonical key signature, "timestamptz,bytea" */
+    char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
+    char *sql_estimate; /* planner row estimate of the source table */
+    char *sql_batch[2]; /* declarative batch: [0] before any checkpoint, [1] after one */
+    char *sql_keys[2]; /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3
+                          after) */
+    char *sql_vchunk[2];    /* declarative validation chunk: count, bad, last key */
     char *sql_create_batch; /* callback forms: CREATE TEMP TABLE bf_batch ... ON COMMIT DROP */
-    char *sql_batch_last; /* callback forms: greatest key in bf_batch as text[] */
-    char *sql_fence;      /* callback batch: fenced checkpoint advance from bf_batch */
-    char *sql_prereq;     /* prerequisite check, or NULL */
+    char *sql_batch_last;   /* callback forms: greatest key in bf_batch as text[] */
+    char *sql_fence;        /* callback batch: fenced checkpoint advance from bf_batch */
+    char *sql_prereq;       /* prerequisite check, or NULL */
 } bf_compiled;
 
 struct bf_registry {
@@ -66,7 +67,8 @@ struct bf_engine {
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Set the engine's client-safe diagnostic (bounded); returns err for tail calls. */
-bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Make sure the connection is usable, reconnecting once when it broke. */
 bf_err bf__ensure_conn(bf_engine *e);
@@ -96,8 +98,8 @@ typedef enum bf_stmt {
 } bf_stmt;
 
 /* bf__exec() through a per-connection prepared statement: parsed and planned once. */
-bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt,
-                     const char *sql, int nparams, const char *const *params);
+bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
+                     int nparams, const char *const *params);
 
 /* Plain BEGIN / COMMIT / ROLLBACK (rollback never fails loudly). */
 bf_err bf__begin(bf_engine *e, bool read_only);
@@ -132,7 +134,8 @@ const char *bf__error_class_name(bf_err err);
 
 /* ---- read model (backfill.c) ----------------------------------------------------------- */
 
-/* The column list bf__row_from_result() expects, for "SELECT <cols> FROM buzz_backfill.backfill b". */
+/* The column list bf__row_from_result() expects, for "SELECT <cols> FROM buzz_backfill.backfill b".
+ */
 extern const char bf__backfill_columns[];
 /* Decode one row of a result whose columns are bf__backfill_columns. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);

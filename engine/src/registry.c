@@ -37,8 +37,7 @@ bool bf_id_valid(const char *id)
         return false;
     for (size_t i = 1; i < n; i++) {
         char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-              c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
             return false;
     }
     return true;
@@ -235,8 +234,9 @@ static char *compile_batch(const bf_definition *d, bool has_checkpoint)
      * the keyset for a single-column key; for a compound key row_number() streams over the
      * keyset (already in key order) and a top-1 sort keeps the last row */
     if (d->nkey == 1) {
-        bf_strbuf_addf(&sb, "WITH bf_last AS (SELECT max(k.\"%s\") AS \"%s\", count(*) AS bf_n"
-                            " FROM (",
+        bf_strbuf_addf(&sb,
+                       "WITH bf_last AS (SELECT max(k.\"%s\") AS \"%s\", count(*) AS bf_n"
+                       " FROM (",
                        d->key[0].name, d->key[0].name);
         add_keyset(&sb, d, has_checkpoint ? 4 : 0, 5, 6);
         bf_strbuf_add(&sb, ") k HAVING count(*) > 0), bf_mutated AS (UPDATE ");
@@ -412,8 +412,8 @@ static bf_err compile(const bf_definition *d, bf_compiled *c)
     c->sql_create_batch = compile_create_batch(d);
     c->sql_fence = compile_fence(d);
     c->sql_batch_last = compile_batch_last(d);
-    bool ok = c->sql_bound && c->sql_estimate && c->sql_create_batch && c->sql_fence &&
-              c->sql_batch_last;
+    bool ok =
+        c->sql_bound && c->sql_estimate && c->sql_create_batch && c->sql_fence && c->sql_batch_last;
     for (int v = 0; v < 2; v++) {
         c->sql_keys[v] = compile_keys(d, v == 1);
         ok = ok && c->sql_keys[v];
@@ -549,8 +549,8 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
     bf_err err = BF_OK;
     if (mod == NULL || mod->abi != BF_MODULE_ABI) {
         if (diag != NULL)
-            bf__format(diag, diag_len, "definitions module lacks %s with ABI %d",
-                       BF_MODULE_SYMBOL, BF_MODULE_ABI);
+            bf__format(diag, diag_len, "definitions module lacks %s with ABI %d", BF_MODULE_SYMBOL,
+                       BF_MODULE_ABI);
         err = BF_ERR_DEFINITION;
     }
     size_t before = reg->count;
@@ -603,4 +603,3 @@ const bf_definition *bf_registry_find(const bf_registry *reg, const char *id)
     const bf_compiled *c = bf__registry_compiled(reg, id, NULL);
     return c ? c->def : NULL;
 }
-

@@ -22,9 +22,9 @@ bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
 {
     const char *params[] = {id};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "validation lock",
-                          "SELECT pg_try_advisory_lock(" VALIDATION_LOCK_CLASS ", hashtext($1))",
-                          1, params);
+    bf_err err =
+        bf__exec(e, &r, "validation lock",
+                 "SELECT pg_try_advisory_lock(" VALIDATION_LOCK_CLASS ", hashtext($1))", 1, params);
     if (err != BF_OK)
         return err;
     *acquired = bf__field_bool(r, 0, 0);
@@ -58,8 +58,8 @@ static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *
     bf__format(n, sizeof n, "%d", chunk);
     const char *params[] = {bound, n, after};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "validation chunk", c->sql_vchunk[after ? 1 : 0],
-                          after ? 3 : 2, params);
+    bf_err err =
+        bf__exec(e, &r, "validation chunk", c->sql_vchunk[after ? 1 : 0], after ? 3 : 2, params);
     if (err != BF_OK)
         return err;
     *rows = (long)bf__field_i64(r, 0, 0);
@@ -68,8 +68,8 @@ static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *
     PQclear(r);
     if (bad > 0) {
         run->verdict = BF_ERR_VALIDATION_FAILED;
-        bf__format(run->detail, sizeof run->detail,
-                   "%lld rows through the bound still need repair", bad);
+        bf__format(run->detail, sizeof run->detail, "%lld rows through the bound still need repair",
+                   bad);
     }
     return BF_OK;
 }
@@ -85,16 +85,14 @@ static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bou
     PGresult *r = NULL;
     bf_err err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
     if (err == BF_OK)
-        err = bf__exec(e, &r, "validation keys", c->sql_keys[after ? 1 : 0], after ? 3 : 2,
-                       params);
+        err = bf__exec(e, &r, "validation keys", c->sql_keys[after ? 1 : 0], after ? 3 : 2, params);
     if (err != BF_OK)
         return err;
     *rows = strtol(PQcmdTuples(r), NULL, 10);
     PQclear(r);
     if (*rows == 0)
         return BF_OK;
-    if ((err = bf__exec0(e, "read only", "SET LOCAL transaction_read_only = on", 0, NULL)) !=
-        BF_OK)
+    if ((err = bf__exec0(e, "read only", "SET LOCAL transaction_read_only = on", 0, NULL)) != BF_OK)
         return err;
     bf_txn txn;
     bf__txn_init(&txn, e, LONG_MAX, *rows);
@@ -181,8 +179,7 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
     if (complete_generation >= 0) {
         char gen[24];
         bf__format(gen, sizeof gen, "%lld", (long long)complete_generation);
-        const char *params[] = {v->id, gen, out->detail,
-                                v->who ? v->who->request_id : NULL};
+        const char *params[] = {v->id, gen, out->detail, v->who ? v->who->request_id : NULL};
         PGresult *r = NULL;
         err = bf__exec(e, &r, "complete",
                        "UPDATE buzz_backfill.backfill SET state = 'completed',"
@@ -216,8 +213,8 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
         char outcome[BF_DIAG_MAX];
         bf__format(outcome, sizeof outcome, "%s%s: %s", out->changed ? "completed, " : "",
                    bf_validation_outcome_name(out->validation), out->detail);
-        bf_audit_record rec = {v->id, "validate", v->who, out->prior, out->result,
-                               out->prior != 0, out->generation, outcome};
+        bf_audit_record rec = {v->id,       "validate",      v->who,          out->prior,
+                               out->result, out->prior != 0, out->generation, outcome};
         err = bf__audit(e, &rec);
     }
     if (err == BF_OK)
@@ -350,8 +347,9 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
         bf__format(outcome, sizeof outcome, "replayed: %s: %s",
                    bf_validation_outcome_name(out->validation), out->detail);
         if ((err = bf__begin(e, false)) == BF_OK) {
-            bf_audit_record rec = {id, "validate", who, out->prior, out->result,
-                                   out->prior != 0, out->generation, outcome};
+            bf_audit_record rec = {
+                id,     "validate", who, out->prior, out->result, out->prior != 0, out->generation,
+                outcome};
             err = bf__audit(e, &rec);
             if (err == BF_OK)
                 err = bf__commit(e);
@@ -381,8 +379,14 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
             char outcome[BF_DIAG_MAX];
             bf__format(outcome, sizeof outcome, "coalesced: %s", out->detail);
             if ((err = bf__begin(e, false)) == BF_OK) {
-                bf_audit_record rec = {id, "validate", who, out->prior, out->result,
-                                       out->prior != 0, out->generation, outcome};
+                bf_audit_record rec = {id,
+                                       "validate",
+                                       who,
+                                       out->prior,
+                                       out->result,
+                                       out->prior != 0,
+                                       out->generation,
+                                       outcome};
                 err = bf__audit(e, &rec);
                 err = err == BF_OK ? bf__commit(e) : err;
                 if (err != BF_OK)

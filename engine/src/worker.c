@@ -107,8 +107,8 @@ static bf_err worker_claim_id(bf_worker *w, const char *id)
     bf__copy(w->checkpoint, sizeof w->checkpoint, bf__field(r, 0, 4));
     w->prereq_checked = false;
     bool takeover = !bf__isnull(r, 0, 5);
-    bf__log(e, BF_LOG_INFO, "%s %s at generation %lld (%s)", takeover ? "took over" : "claimed",
-            id, (long long)w->generation, bf_state_name(w->state));
+    bf__log(e, BF_LOG_INFO, "%s %s at generation %lld (%s)", takeover ? "took over" : "claimed", id,
+            (long long)w->generation, bf_state_name(w->state));
     PQclear(r);
     if (w->hooks.after_claim != NULL)
         w->hooks.after_claim(w->hooks.arg, w->id, w->generation);
@@ -159,13 +159,14 @@ bf_err bf_worker_renew(bf_worker *w)
     worker_param_int(lease, sizeof lease, e->lease_ms);
     const char *params[] = {w->id, gen, e->owner, lease};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "renew claim",
-                          "UPDATE buzz_backfill.backfill"
-                          " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 ms'"
-                          " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                          " AND claim_expires_at > clock_timestamp()"
-                          " AND state IN ('running', 'validating') RETURNING 1",
-                          4, params);
+    bf_err err =
+        bf__exec(e, &r, "renew claim",
+                 "UPDATE buzz_backfill.backfill"
+                 " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 ms'"
+                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+                 " AND claim_expires_at > clock_timestamp()"
+                 " AND state IN ('running', 'validating') RETURNING 1",
+                 4, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
@@ -197,8 +198,7 @@ bf_err bf_worker_release(bf_worker *w)
                         " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3",
                         3, params);
     if (err == BF_OK)
-        bf__log(e, BF_LOG_INFO, "released %s at generation %lld", w->id,
-                (long long)w->generation);
+        bf__log(e, BF_LOG_INFO, "released %s at generation %lld", w->id, (long long)w->generation);
     worker_drop_claim(w);
     return err;
 }
@@ -225,8 +225,14 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
                " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1)"
                " SELECT pg_notify('buzz_backfill', $1) FROM a",
                set);
-    const char *params[] = {w->id, gen, e->owner, bf_state_name(from), bf_state_name(to),
-                            outcome, w->has_checkpoint ? w->checkpoint : NULL, detail};
+    const char *params[] = {w->id,
+                            gen,
+                            e->owner,
+                            bf_state_name(from),
+                            bf_state_name(to),
+                            outcome,
+                            w->has_checkpoint ? w->checkpoint : NULL,
+                            detail};
     PGresult *r = NULL;
     bf_err err = bf__exec(e, &r, "worker transition", sql, detail ? 8 : 7, params);
     if (err != BF_OK)
@@ -243,9 +249,9 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
 
 static bf_err worker_enter_validating(bf_worker *w)
 {
-    bf_err err = worker_transition(
-        w, "checkpoint = CASE WHEN bound_empty THEN checkpoint ELSE bound END",
-        BF_STATE_RUNNING, BF_STATE_VALIDATING, NULL, "reached the bound");
+    bf_err err =
+        worker_transition(w, "checkpoint = CASE WHEN bound_empty THEN checkpoint ELSE bound END",
+                          BF_STATE_RUNNING, BF_STATE_VALIDATING, NULL, "reached the bound");
     if (err == BF_OK && !w->bound_empty) {
         bf__copy(w->checkpoint, sizeof w->checkpoint, w->bound);
         w->has_checkpoint = true;
@@ -255,13 +261,13 @@ static bf_err worker_enter_validating(bf_worker *w)
 
 static bf_err worker_complete(bf_worker *w, const char *detail)
 {
-    bf_err err = worker_transition(w,
-                                   "completed_at = clock_timestamp(), claim_owner = NULL,"
-                                   " claim_expires_at = NULL, claimed_at = NULL,"
-                                   " validation_outcome = 'success', validation_detail = $8,"
-                                   " validated_at = clock_timestamp(), validation_request = NULL",
-                                   BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail,
-                                   "validation succeeded");
+    bf_err err =
+        worker_transition(w,
+                          "completed_at = clock_timestamp(), claim_owner = NULL,"
+                          " claim_expires_at = NULL, claimed_at = NULL,"
+                          " validation_outcome = 'success', validation_detail = $8,"
+                          " validated_at = clock_timestamp(), validation_request = NULL",
+                          BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail, "validation succeeded");
     if (err == BF_OK)
         worker_drop_claim(w);
     return err;
@@ -306,40 +312,34 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
     worker_param_int(max, sizeof max, p->max_attempts ? p->max_attempts : 5);
     worker_param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
     worker_param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
-    static const char *const modes[] = {[FAIL_RETRY] = "retry", [FAIL_BLOCK] = "block",
-                                        [FAIL_FAIL] = "fail"};
+    static const char *const modes[] = {
+        [FAIL_RETRY] = "retry", [FAIL_BLOCK] = "block", [FAIL_FAIL] = "fail"};
     char bounded[BF_DIAG_MAX];
     bf__copy(bounded, sizeof bounded, detail);
-    const char *params[] = {w->id,
-                            gen,
-                            e->owner,
-                            modes[failure_mode_of(cause)],
-                            max,
-                            base,
-                            cap,
-                            bf__error_class_name(cause),
-                            bounded,
-                            bf_state_name(w->state)};
+    const char *params[] = {w->id,    gen,
+                            e->owner, modes[failure_mode_of(cause)],
+                            max,      base,
+                            cap,      bf__error_class_name(cause),
+                            bounded,  bf_state_name(w->state)};
     PGresult *r = NULL;
-    err = bf__exec(
-        e, &r, "record failure",
-        "WITH u AS (UPDATE buzz_backfill.backfill b SET attempts = b.attempts + 1,"
-        " state = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN b.state"
-        "  WHEN $4 = 'block' THEN 'blocked' ELSE 'failed' END,"
-        " next_attempt_at = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN"
-        "  clock_timestamp() + least($7::float8, $6::float8 * power(2, b.attempts))"
-        "  * (0.5 + random() * 0.5) * interval '1 ms' END,"
-        " error_class = $8, error_detail = $9, error_at = clock_timestamp(),"
-        " claim_owner = NULL, claim_expires_at = NULL, claimed_at = NULL,"
-        " updated_at = clock_timestamp()"
-        " WHERE b.id = $1 AND b.generation = $2::bigint AND b.claim_owner = $3"
-        " AND b.state = $10 RETURNING b.state, b.attempts, b.generation),"
-        " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
-        " prior_state, result_state, generation, outcome)"
-        " SELECT $1, 'worker', $3, 'engine', $10, u.state, u.generation, $9 FROM u"
-        " WHERE u.state <> $10)"
-        " SELECT state, attempts, pg_notify('buzz_backfill', $1) FROM u",
-        10, params);
+    err = bf__exec(e, &r, "record failure",
+                   "WITH u AS (UPDATE buzz_backfill.backfill b SET attempts = b.attempts + 1,"
+                   " state = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN b.state"
+                   "  WHEN $4 = 'block' THEN 'blocked' ELSE 'failed' END,"
+                   " next_attempt_at = CASE WHEN $4 = 'retry' AND b.attempts + 1 < $5::integer THEN"
+                   "  clock_timestamp() + least($7::float8, $6::float8 * power(2, b.attempts))"
+                   "  * (0.5 + random() * 0.5) * interval '1 ms' END,"
+                   " error_class = $8, error_detail = $9, error_at = clock_timestamp(),"
+                   " claim_owner = NULL, claim_expires_at = NULL, claimed_at = NULL,"
+                   " updated_at = clock_timestamp()"
+                   " WHERE b.id = $1 AND b.generation = $2::bigint AND b.claim_owner = $3"
+                   " AND b.state = $10 RETURNING b.state, b.attempts, b.generation),"
+                   " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
+                   " prior_state, result_state, generation, outcome)"
+                   " SELECT $1, 'worker', $3, 'engine', $10, u.state, u.generation, $9 FROM u"
+                   " WHERE u.state <> $10)"
+                   " SELECT state, attempts, pg_notify('buzz_backfill', $1) FROM u",
+                   10, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
@@ -357,9 +357,9 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
     info->step = st == BF_STATE_BLOCKED  ? BF_STEP_BLOCKED
                  : st == BF_STATE_FAILED ? BF_STEP_FAILED
                                          : BF_STEP_RETRY;
-    bf__log(e, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR,
-            "%s: attempt %d %s: %s", w->id, attempts,
-            info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st), bounded);
+    bf__log(e, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR, "%s: attempt %d %s: %s",
+            w->id, attempts, info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st),
+            bounded);
     return BF_OK;
 }
 
@@ -443,7 +443,7 @@ static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *c
                "SELECT set_config('statement_timeout', '%d', true),"
                " set_config('lock_timeout', '%d', true)",
                e->statement_timeout_ms, e->lock_timeout_ms);
-    const char *params[] = {w->id, gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
+    const char *params[] = {w->id,    gen,   e->owner, w->has_checkpoint ? w->checkpoint : NULL,
                             w->bound, limit, lease};
     if (PQenterPipelineMode(e->conn) != 1)
         return bf__pg_error(e, NULL, "enter pipeline");
@@ -645,9 +645,9 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
         bf__copy(info->detail, sizeof info->detail, run.detail);
         return BF_OK;
     }
-    return worker_fail(w, run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE
-                                                             : BF_ERR_VALIDATION_FAILED,
-                       run.detail, info);
+    return worker_fail(
+        w, run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE : BF_ERR_VALIDATION_FAILED,
+        run.detail, info);
 }
 
 bf_err bf_worker_step(bf_worker *w, bf_step_info *out)

@@ -59,13 +59,13 @@ typedef struct srv_peer {
 /* Who a request speaks for, once authenticated. */
 typedef struct srv_identity {
     bool authenticated;
-    bool boundary;              /* authority supplied by a protected listener, not a token */
-    char actor[BF_ACTOR_MAX];   /* "" when only an authority source is known */
+    bool boundary;                /* authority supplied by a protected listener, not a token */
+    char actor[BF_ACTOR_MAX];     /* "" when only an authority source is known */
     char authority[BF_ACTOR_MAX]; /* "token kid=k1" or "ipc uid=1000" */
-    uint32_t caps;              /* SRV_CAP_* */
-    uint32_t roles;             /* 1u << Role value; informational, grants nothing */
-    char token_id[33];          /* lower-case hex, "" for boundary authority */
-    int64_t expires_at;         /* Unix seconds, 0 for boundary authority */
+    uint32_t caps;                /* SRV_CAP_* */
+    uint32_t roles;               /* 1u << Role value; informational, grants nothing */
+    char token_id[33];            /* lower-case hex, "" for boundary authority */
+    int64_t expires_at;           /* Unix seconds, 0 for boundary authority */
 } srv_identity;
 
 typedef struct srv_auth srv_auth;
@@ -157,8 +157,8 @@ typedef struct srv_dispatcher srv_dispatcher;
 
 /* Per-method requirements, in the service descriptor's method order. */
 typedef struct srv_method_policy {
-    uint32_t caps;     /* capabilities required */
-    bool audited;      /* control/validate: every rejection is audited */
+    uint32_t caps; /* capabilities required */
+    bool audited;  /* control/validate: every rejection is audited */
 } srv_method_policy;
 
 bf_err srv_dispatcher_new(srv_dispatcher **out, srv_context *ctx);

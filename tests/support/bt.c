@@ -61,8 +61,8 @@ const char *bt_db_create(const char *name)
     for (PQconninfoOption *o = opts; o && o->keyword; o++) {
         if (o->val == NULL || strcmp(o->keyword, "dbname") == 0)
             continue;
-        off += (size_t)snprintf(db_conninfo + off, sizeof db_conninfo - off, "%s='%s' ",
-                                o->keyword, o->val);
+        off += (size_t)snprintf(db_conninfo + off, sizeof db_conninfo - off, "%s='%s' ", o->keyword,
+                                o->val);
     }
     PQconninfoFree(opts);
     snprintf(db_conninfo + off, sizeof db_conninfo - off, "dbname='%s'", db_name);

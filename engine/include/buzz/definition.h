@@ -100,8 +100,8 @@ typedef struct bf_definition {
     bool required;  /* required automatic backfill: gates readiness in automatic mode */
 
     /* declarative form */
-    const char *needs_repair; /* SQL predicate over the source row (alias t) */
-    const char *update_set;   /* SQL SET list applied to batch rows where needs_repair holds */
+    const char *needs_repair;  /* SQL predicate over the source row (alias t) */
+    const char *update_set;    /* SQL SET list applied to batch rows where needs_repair holds */
     const char *postcondition; /* optional SQL predicate (alias t) validation requires of every
                                   row through the bound; default: NOT needs_repair */
     const char *prerequisite;  /* optional SQL boolean; false blocks the backfill */

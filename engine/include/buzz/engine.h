@@ -26,19 +26,19 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION  2   /* newest engine migration this binary knows */
-#define BF_KEY_TEXT_MAX    512 /* bytes of a rendered bound or checkpoint, terminator included */
-#define BF_OWNER_MAX       128 /* bytes of a claim owner, terminator included */
-#define BF_ACTOR_MAX       128 /* bytes of an actor or authority, terminator included */
-#define BF_REQUEST_ID_MAX  64  /* bytes of a request ID, terminator included */
+#define BF_SCHEMA_VERSION 2   /* newest engine migration this binary knows */
+#define BF_KEY_TEXT_MAX   512 /* bytes of a rendered bound or checkpoint, terminator included */
+#define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
+#define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
+#define BF_REQUEST_ID_MAX 64  /* bytes of a request ID, terminator included */
 
 typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR } bf_log_level;
 typedef void (*bf_log_fn)(void *arg, bf_log_level level, const char *msg);
 
 typedef struct bf_config {
-    const char *conninfo; /* libpq connection string or URL */
-    const char *owner;    /* claim owner identity, e.g. "host:pid:worker"; default host:pid */
-    int lease_ms;         /* claim validity; default 30000, at least 100 */
+    const char *conninfo;     /* libpq connection string or URL */
+    const char *owner;        /* claim owner identity, e.g. "host:pid:worker"; default host:pid */
+    int lease_ms;             /* claim validity; default 30000, at least 100 */
     int statement_timeout_ms; /* SET LOCAL per batch/validation statement; default 10000 */
     int lock_timeout_ms;      /* SET LOCAL lock_timeout; default 2000 */
     bf_log_fn log;            /* optional */
@@ -170,11 +170,11 @@ typedef struct bf_actor {
 } bf_actor;
 
 typedef struct bf_action_result {
-    bf_err err;       /* outcome of the original request (BF_OK, CONFLICT, ...) */
-    bool changed;     /* the request changed the lifecycle */
-    bool replayed;    /* an earlier request with the same request_id answered */
-    bf_state prior;   /* 0 when the backfill does not exist */
-    bf_state result;  /* state after the request */
+    bf_err err;      /* outcome of the original request (BF_OK, CONFLICT, ...) */
+    bool changed;    /* the request changed the lifecycle */
+    bool replayed;   /* an earlier request with the same request_id answered */
+    bf_state prior;  /* 0 when the backfill does not exist */
+    bf_state result; /* state after the request */
     int64_t generation;
     bf_validation_outcome validation; /* BF_ACTION_VALIDATE only */
     char detail[BF_DIAG_MAX];
@@ -199,8 +199,7 @@ bf_err bf_action_apply(bf_engine *engine, bf_action action, const char *id, cons
  * validating row it drives the fenced completion; in every other state it changes nothing but
  * the recorded outcome. Audited. out is always written; returns its err.
  */
-bf_err bf_validate(bf_engine *engine, const char *id, const bf_actor *who,
-                   bf_action_result *out);
+bf_err bf_validate(bf_engine *engine, const char *id, const bf_actor *who, bf_action_result *out);
 
 /* Record a rejected attempt that never reached the lifecycle (authentication, authorization,
  * malformed input) in the audit. outcome is bounded and redacted by the caller. */
@@ -262,14 +261,14 @@ bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
 /* ---- workers --------------------------------------------------------------------------- */
 
 typedef enum bf_step {
-    BF_STEP_IDLE = 0,         /* nothing claimed */
-    BF_STEP_BATCH = 1,        /* a batch committed */
-    BF_STEP_VALIDATING = 2,   /* reached the bound, entered validating */
-    BF_STEP_COMPLETED = 3,    /* validation succeeded, completed */
-    BF_STEP_RETRY = 4,        /* attempt failed, backoff scheduled, claim released */
-    BF_STEP_FAILED = 5,       /* entered failed, claim released */
-    BF_STEP_BLOCKED = 6,      /* entered blocked, claim released */
-    BF_STEP_LOST = 7,         /* fenced out: paused, expired or taken over; nothing committed */
+    BF_STEP_IDLE = 0,       /* nothing claimed */
+    BF_STEP_BATCH = 1,      /* a batch committed */
+    BF_STEP_VALIDATING = 2, /* reached the bound, entered validating */
+    BF_STEP_COMPLETED = 3,  /* validation succeeded, completed */
+    BF_STEP_RETRY = 4,      /* attempt failed, backoff scheduled, claim released */
+    BF_STEP_FAILED = 5,     /* entered failed, claim released */
+    BF_STEP_BLOCKED = 6,    /* entered blocked, claim released */
+    BF_STEP_LOST = 7,       /* fenced out: paused, expired or taken over; nothing committed */
 } bf_step;
 
 const char *bf_step_name(bf_step step);
