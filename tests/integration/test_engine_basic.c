@@ -66,6 +66,37 @@ static void test_migrate_idempotent(void **state)
     bf_registry_free(reg);
 }
 
+/* A database migrated by a newer binary (or with an edited history) is refused with a clear,
+ * typed error instead of being guessed at; the rows standing in for the newer binary's work are
+ * written to the migration table only. */
+static void test_unknown_schema_version(void **state)
+{
+    bf_registry *reg = bt_registry(defs, 2);
+    bf_engine *e = bt_engine(reg, "t1", 0);
+    PGconn *c = bt_connect();
+    bt_exec(c,
+            "INSERT INTO buzz_backfill.schema_migration (version, name, checksum)"
+            " VALUES (%d, 'from a newer binary', 'x')",
+            BF_SCHEMA_VERSION + 1);
+    assert_int_equal(bf_migrate(e), BF_ERR_SCHEMA_TOO_NEW);
+    assert_non_null(strstr(bf_engine_diag(e), "knows up to"));
+    assert_int_equal(bf_schema_check(e, NULL), BF_ERR_SCHEMA_TOO_NEW);
+    bt_exec(c, "DELETE FROM buzz_backfill.schema_migration WHERE version = %d",
+            BF_SCHEMA_VERSION + 1);
+    /* an applied version whose SQL differs from this binary's */
+    char *sum = bt_text(c, "SELECT checksum FROM buzz_backfill.schema_migration WHERE version = 1");
+    bt_exec(c, "UPDATE buzz_backfill.schema_migration SET checksum = 'edited' WHERE version = 1");
+    assert_int_equal(bf_migrate(e), BF_ERR_SCHEMA_CHECKSUM);
+    assert_int_equal(bf_schema_check(e, NULL), BF_ERR_SCHEMA_CHECKSUM);
+    bt_exec(c, "UPDATE buzz_backfill.schema_migration SET checksum = '%s' WHERE version = 1", sum);
+    free(sum);
+    assert_int_equal(bf_migrate(e), BF_OK);
+    assert_int_equal(bf_schema_check(e, NULL), BF_OK);
+    PQfinish(c);
+    bf_engine_close(e);
+    bf_registry_free(reg);
+}
+
 static void test_run_to_completion(void **state)
 {
     bf_registry *reg = bt_registry(defs, 2);
@@ -116,6 +147,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrate_idempotent),
+        cmocka_unit_test(test_unknown_schema_version),
         cmocka_unit_test(test_run_to_completion),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
