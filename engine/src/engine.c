@@ -6,6 +6,12 @@
  * to the same canonical text in every process (bounds and checkpoints are stored as text[] of
  * those renderings and compared after casting back to the key's types). Server messages are
  * logged, never returned: the client-visible diagnostic names only the SQLSTATE and our label.
+ *
+ * The setup also allocates and frees one 8 MiB value in the backend. glibc then raises that
+ * process's heap trim threshold (it adapts to the largest freed mmap chunk), so the executor
+ * memory each batch statement frees is kept for the next one instead of being returned to the
+ * kernel and faulted in again: profiling a worker's backend showed that page-fault and brk
+ * time was the largest cost the engine paid over a server-side loop (docs/benchmarks.md).
  */
 #include <limits.h>
 #include <poll.h>
@@ -19,7 +25,8 @@
 static const char session_setup[] =
     "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex';"
     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;"
-    "SET application_name = 'buzz-backfill'; SET client_min_messages = 'warning'";
+    "SET application_name = 'buzz-backfill'; SET client_min_messages = 'warning';"
+    "SELECT length(repeat('x', 8388608))";
 
 void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
 {
@@ -88,6 +95,8 @@ static bf_err engine_connect(bf_engine *e)
     }
     PGresult *r = PQexec(e->conn, session_setup);
     ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_TUPLES_OK)
+        st = PGRES_COMMAND_OK;
     PQclear(r);
     if (st != PGRES_COMMAND_OK) {
         bf__log(e, BF_LOG_ERROR, "session setup failed: %s", PQerrorMessage(e->conn));
