@@ -88,6 +88,9 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
     if (!empty)
         bf__copy(bound, sizeof bound, bf__field(r, 0, 0));
     PQclear(r);
+    /* fail closed on a key that could skip or repeat tied rows */
+    if ((err = bf__key_unique(e, c)) != BF_OK)
+        return err;
     char estimate[24] = "";
     if ((err = bf__exec(e, &r, "estimate source size", c->sql_estimate, 0, NULL)) != BF_OK)
         return err;

@@ -166,6 +166,23 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     return BF_OK;
 }
 
+bf_err bf__key_unique(bf_engine *e, const bf_compiled *c)
+{
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "check key uniqueness", c->sql_unique, 0, NULL);
+    if (err != BF_OK)
+        return err;
+    bool missing = bf__isnull(r, 0, 0);
+    bool unique = bf__field_bool(r, 0, 0);
+    PQclear(r);
+    if (missing)
+        return bf__diag(e, BF_ERR_PREREQUISITE, "prerequisite not met: source table is missing");
+    if (!unique)
+        return bf__diag(e, BF_ERR_DEFINITION,
+                        "ordering key is not unique: no unique index covers its columns");
+    return BF_OK;
+}
+
 /* ---- registration ---------------------------------------------------------------------- */
 
 bf_err bf_register(bf_engine *e, const bf_definition *def)

@@ -21,6 +21,7 @@ typedef struct bf_compiled {
     char key_types[96]; /* canonical key signature, "timestamptz,bytea" */
     char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
     char *sql_estimate; /* planner row estimate of the source table */
+    char *sql_unique;   /* does a unique index cover the key? (boolean, NULL: no table) */
     char *sql_batch[2]; /* declarative batch: [0] before any checkpoint, [1] after one */
     char *sql_keys[2]; /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3
                           after) */
@@ -142,6 +143,9 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
  * rows there are, writing at most max. */
 int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max);
+/* BF_OK when a unique index covers the definition's key, BF_ERR_DEFINITION when none does,
+ * BF_ERR_PREREQUISITE when the source table is missing. */
+bf_err bf__key_unique(bf_engine *e, const bf_compiled *c);
 /* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);
 

@@ -356,6 +356,30 @@ static char *compile_batch_last(const bf_definition *d)
     return bf_strbuf_take(&sb);
 }
 
+/* NULL without the table; else true when a valid, non-partial unique index on plain columns
+ * covers only key columns: then the key is unique (a subset being unique makes the whole key
+ * unique), so keyset batches neither skip nor repeat rows and a batch's key range holds no more
+ * rows than its keys. */
+static char *compile_unique(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_add(&sb, "SELECT CASE WHEN to_regclass('");
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, "') IS NOT NULL THEN EXISTS (SELECT 1 FROM pg_index i"
+                       " WHERE i.indrelid = to_regclass('");
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, "') AND i.indisunique AND i.indisvalid AND i.indpred IS NULL"
+                       " AND i.indexprs IS NULL AND NOT EXISTS (SELECT 1"
+                       " FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)"
+                       " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+                       " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL ('{");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "%s%s", i ? "," : "", d->key[i].name);
+    bf_strbuf_add(&sb, "}'::name[]))) END");
+    return bf_strbuf_take(&sb);
+}
+
 static char *compile_bound(const bf_definition *d)
 {
     bf_strbuf sb;
@@ -384,6 +408,7 @@ static char *compile_estimate(const bf_definition *d)
 static void compiled_fini(bf_compiled *c)
 {
     free(c->sql_bound);
+    free(c->sql_unique);
     free(c->sql_estimate);
     for (int i = 0; i < 2; i++) {
         free(c->sql_batch[i]);
@@ -408,12 +433,13 @@ static bf_err compile(const bf_definition *d, bf_compiled *c)
         off = strlen(c->key_types);
     }
     c->sql_bound = compile_bound(d);
+    c->sql_unique = compile_unique(d);
     c->sql_estimate = compile_estimate(d);
     c->sql_create_batch = compile_create_batch(d);
     c->sql_fence = compile_fence(d);
     c->sql_batch_last = compile_batch_last(d);
-    bool ok =
-        c->sql_bound && c->sql_estimate && c->sql_create_batch && c->sql_fence && c->sql_batch_last;
+    bool ok = c->sql_bound && c->sql_unique && c->sql_estimate && c->sql_create_batch &&
+              c->sql_fence && c->sql_batch_last;
     for (int v = 0; v < 2; v++) {
         c->sql_keys[v] = compile_keys(d, v == 1);
         ok = ok && c->sql_keys[v];

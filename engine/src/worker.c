@@ -551,13 +551,26 @@ static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_
     return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
 }
 
+/* Once per claim, before the first batch: the key is still unique (its index may have been
+ * dropped since start) and the definition's own prerequisite holds. */
 static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
 {
     *blocked = false;
-    if (w->prereq_checked || w->c->sql_prereq == NULL)
+    if (w->prereq_checked)
         return BF_OK;
     bf_engine *e = w->e;
-    bf_err err = bf__begin(e, true);
+    bf_err err = bf__key_unique(e, w->c);
+    if (err == BF_ERR_DEFINITION || err == BF_ERR_PREREQUISITE) {
+        *blocked = true;
+        return worker_fail(w, BF_ERR_PREREQUISITE, e->diag, info);
+    }
+    if (err != BF_OK)
+        return err;
+    if (w->c->sql_prereq == NULL) {
+        w->prereq_checked = true;
+        return BF_OK;
+    }
+    err = bf__begin(e, true);
     PGresult *r = NULL;
     if (err == BF_OK)
         err = bf__set_local_timeouts(e);

@@ -4,16 +4,23 @@
  * A source set larger than one batch advances only within the declared batch bound per
  * transaction; a compound key with ties on its first column neither skips nor repeats rows
  * when a batch boundary falls inside a tie group; a batch that outlives its statement timeout
- * rolls back its target mutations and its checkpoint and is classified retryable; a mutation
- * that touches more rows than the bound (a callback that reaches beyond its batch, or a
- * declarative update over a key that is not unique) commits nothing and ends in the bounded
- * failure disposition (failed, error_class batch_bound) instead of widening the batch.
+ * rolls back its target mutations and its checkpoint and is classified retryable; a callback
+ * that touches more rows than the bound commits nothing and ends in the bounded failure
+ * disposition (failed, error_class batch_bound) instead of widening the batch; a declarative
+ * definition over a key that is not unique (whose key range could hold more rows than the
+ * batch's keys) is refused at start, and blocks before its first batch when its unique index
+ * disappears after start.
  *
  * Guards proved (removing any one of them fails this test):
- *   - the LIMIT of the keyset selection, registry.c add_keyset ("LIMIT $n"): without it one
- *     step selects the whole source set;
- *   - the bound check of buzz_backfill.batch_verdict (migrate.c): "touched > batch_limit"
- *     rejects the declarative statement whose mutation outgrew the batch;
+ *   - the LIMIT of the keyset selection, registry.c add_keyset ("LIMIT $n"), with the bound
+ *     check of buzz_backfill.batch_verdict (migrate.c, "selected > batch_limit"): without the
+ *     LIMIT one step selects the whole source set and the verdict rolls it back;
+ *   - batch_verdict's "touched > batch_limit": the statement's count of the rows its mutation
+ *     changed, checked directly on the function (the unique-key check below keeps a
+ *     declarative batch from ever reaching it);
+ *   - the unique-key check (backfill.c bf__key_unique, called by actions.c action_start and
+ *     worker.c step_prerequisite): a key a unique index does not cover is refused at start and
+ *     blocks a claim, so a batch's key range cannot hold more rows than its keys;
  *   - the row budget of bf_txn_exec (txn.c txn_run: "rows > txn->limit - txn->touched");
  *   - the per-batch statement timeout (worker.c batch_declarative "SET LOCAL
  *     statement_timeout", engine.c bf__set_local_timeouts for callbacks): without it a blocked
@@ -132,8 +139,18 @@ static const bf_definition dup_def = {
     .update_set = "fixed = t.val * 2, counter = t.counter + 1",
 };
 
-static const bf_definition *const defs[] = {&bounded_def, &ties_def, &slow_def,
-                                            &slow_cb_def, &over_def, &dup_def};
+static const bf_definition uniq_def = {
+    .id = "bounded.uniq_v1",
+    .table = "bb_uniq",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+};
+
+static const bf_definition *const defs[] = {&bounded_def, &ties_def, &slow_def, &slow_cb_def,
+                                            &over_def,    &dup_def,  &uniq_def};
 #define NDEFS (sizeof defs / sizeof defs[0])
 
 static bf_registry *reg;
@@ -401,7 +418,53 @@ static void test_callback_beyond_bound(void **state)
 static void test_declarative_beyond_bound(void **state)
 {
     (void)state;
-    run_bound_case("bounded.dup_v1", "bb_dup", 200);
+    /* the verdict refuses a batch whose mutation changed more rows than the bound */
+    PGresult *v = PQexec(conn, "SELECT buzz_backfill.batch_verdict(100, 101, 1, 100)");
+    assert_int_equal(PQresultStatus(v), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(v, PG_DIAG_SQLSTATE), "BFB01");
+    PQclear(v);
+    assert_int_equal(bt_int(conn, "SELECT buzz_backfill.batch_verdict(100, 100, 1, 100)"), 100);
+
+    /* a key that is not unique: start is refused, nothing is captured or touched */
+    bf_actor who = {.actor = "test-operator", .authority = "test"};
+    bf_action_result res;
+    assert_int_equal(bf_action_apply(admin, BF_ACTION_START, "bounded.dup_v1", &who, &res),
+                     BF_ERR_DEFINITION);
+    assert_non_null(strstr(bf_engine_diag(admin), "not unique"));
+    bf_backfill row = bt_get(admin, "bounded.dup_v1");
+    assert_int_equal(row.state, BF_STATE_PENDING);
+    assert_false(row.has_bound);
+    assert_int_equal(bt_int(conn,
+                            "SELECT count(*) FROM buzz_backfill.audit WHERE backfill_id ="
+                            " 'bounded.dup_v1' AND action = 'start' AND outcome LIKE 'rejected%%'"),
+                     1);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM bb_dup WHERE fixed IS NULL AND counter = 0"), 200);
+
+    /* unique at start, then the index disappears: the next claim blocks before any batch */
+    bt_exec(conn, "CREATE TABLE bb_uniq (id bigint NOT NULL, val integer NOT NULL,"
+                  " fixed integer, counter integer NOT NULL DEFAULT 0);"
+                  "CREATE UNIQUE INDEX bb_uniq_id ON bb_uniq (id);"
+                  "INSERT INTO bb_uniq (id, val) SELECT g, g FROM generate_series(1, 50) g");
+    start("bounded.uniq_v1");
+    bt_exec(conn, "DROP INDEX bb_uniq_id; CREATE INDEX ON bb_uniq (id);"
+                  "INSERT INTO bb_uniq (id, val) VALUES (7, 7)");
+    bf_engine *we = bt_engine(reg, "worker", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "bounded.uniq_v1", NULL), BF_OK);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    row = bt_get(admin, "bounded.uniq_v1");
+    assert_int_equal(row.state, BF_STATE_BLOCKED);
+    assert_string_equal(row.error_class, "prerequisite");
+    assert_non_null(strstr(row.error_detail, "not unique"));
+    assert_false(row.has_checkpoint);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM bb_uniq WHERE fixed IS NULL AND counter = 0"), 51);
+    bf_worker_free(w);
+    bf_engine_close(we);
 }
 
 int main(void)

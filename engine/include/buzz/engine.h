@@ -121,7 +121,7 @@ typedef struct bf_backfill {
     int64_t validated_at;
     char validation_request[BF_REQUEST_ID_MAX];
 
-    int64_t rows_committed;    /* rows the committed batches touched */
+    int64_t rows_committed;    /* rows the committed batches changed */
     int64_t batches_committed; /* committed batches */
     bool has_source_estimate;  /* planner estimate of the source size at start: an estimate */
     int64_t source_estimate;
