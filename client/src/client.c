@@ -46,20 +46,6 @@ struct bfc_client {
     bfc_service readiness;
 };
 
-static bf_err bfc_diag(char *diag, size_t diag_len, bf_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bf_err bfc_diag(char *diag, size_t diag_len, bf_err err, const char *fmt, ...)
-{
-    if (diag != NULL && diag_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag, diag_len, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
-
 static int64_t bfc_now_ms(void)
 {
     struct timespec ts;
@@ -371,13 +357,13 @@ static bf_err bfc_tls_setup(bfc_client *c, const char *url, const bfc_options *o
                             size_t diag_len)
 {
     if (o == NULL || o->tls_ca_file == NULL || o->tls_ca_file[0] == '\0')
-        return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                        "tls+tcp needs a ca file to verify the server");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "tls+tcp needs a ca file to verify the server");
     char host[256];
     const char *name = o->tls_server_name;
     if (name == NULL) {
         if (!bfc_url_host(url, host, sizeof host))
-            return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid url");
+            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid url");
         name = host;
     }
     int rv = nng_tls_config_alloc(&c->tls, NNG_TLS_MODE_CLIENT);
@@ -390,8 +376,8 @@ static bf_err bfc_tls_setup(bfc_client *c, const char *url, const bfc_options *o
     if (rv == 0)
         rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, c->tls);
     if (rv != 0)
-        return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "could not set up tls: %s",
-                        nng_strerror(rv));
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "could not set up tls: %s",
+                           nng_strerror(rv));
     return BF_OK;
 }
 
@@ -399,15 +385,15 @@ bf_err bfc_open(bfc_client **out, const char *url, const bfc_options *opts, char
                 size_t diag_len)
 {
     if (out == NULL || url == NULL)
-        return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "no url");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "no url");
     bool tls = strncmp(url, "tls+tcp://", 10) == 0;
     if (strncmp(url, "ipc://", 6) != 0 && strncmp(url, "tcp://", 6) != 0 && !tls)
-        return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                        "unsupported url (use ipc://, tcp:// or tls+tcp://)");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "unsupported url (use ipc://, tcp:// or tls+tcp://)");
     if (opts != NULL && (opts->timeout_ms < 0 || opts->retries < -1 || opts->retries > 100))
-        return bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid timeout or retries");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid timeout or retries");
     if (sodium_init() < 0)
-        return bfc_diag(diag, diag_len, BF_ERR_INTERNAL, "could not initialise libsodium");
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not initialise libsodium");
     bfc_client *c = calloc(1, sizeof *c);
     if (c == NULL)
         return BF_ERR_NOMEM;
@@ -422,8 +408,8 @@ bf_err bfc_open(bfc_client **out, const char *url, const bfc_options *opts, char
         goto fail;
     int rv = nng_req0_open(&c->sock);
     if (rv != 0) {
-        err = bfc_diag(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
-                       nng_strerror(rv));
+        err = bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
+                          nng_strerror(rv));
         goto fail;
     }
     c->sock_open = true;
@@ -432,16 +418,16 @@ bf_err bfc_open(bfc_client **out, const char *url, const bfc_options *opts, char
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50)) != 0 ||
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 2000)) != 0 ||
         (rv = nng_dialer_create(&c->dialer, c->sock, url)) != 0) {
-        err = bfc_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "could not set up %s: %s", url,
-                       nng_strerror(rv));
+        err = bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "could not set up %s: %s", url,
+                          nng_strerror(rv));
         goto fail;
     }
     if (tls && (err = bfc_tls_setup(c, url, opts, diag, diag_len)) != BF_OK)
         goto fail;
     rv = nng_dialer_start(c->dialer, 0);
     if (rv != 0) {
-        err = bfc_diag(diag, diag_len, BF_ERR_UNAVAILABLE, "could not connect to %s: %s", url,
-                       nng_strerror(rv));
+        err = bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not connect to %s: %s", url,
+                          nng_strerror(rv));
         goto fail;
     }
     *out = c;

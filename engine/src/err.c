@@ -1,7 +1,9 @@
 /* err.c - strings for the bf_err list (generated from BF_ERR_LIST) and the small enum names. */
+#include <stdarg.h>
 #include <string.h>
 
 #include "buzz/engine.h"
+#include "internal.h"
 
 const char *bf_err_str(bf_err err)
 {
@@ -107,4 +109,15 @@ const char *bf_step_name(bf_step step)
         return "lost";
     }
     return "unknown";
+}
+
+bf_err bf_diag_set(char *diag, size_t cap, bf_err err, const char *fmt, ...)
+{
+    if (diag == NULL || cap == 0)
+        return err;
+    va_list ap;
+    va_start(ap, fmt);
+    bf__vformat(diag, cap, fmt, ap);
+    va_end(ap);
+    return err;
 }

@@ -72,18 +72,6 @@ struct srv_auth {
     size_t cache_next; /* slot of the next insert: the oldest entry */
 };
 
-static void auth_diag(char *diag, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void auth_diag(char *diag, size_t len, const char *fmt, ...)
-{
-    if (diag == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(diag, len, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- revocation set --------------------------------------------------------------------- */
 
 static int auth_id_cmp(const void *a, const void *b)
@@ -103,7 +91,7 @@ static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *
 {
     FILE *f = fopen(path, "re");
     if (f == NULL) {
-        auth_diag(diag, diag_len, "cannot open revocations %s", path);
+        (void)bf_diag_set(diag, diag_len, BF_OK, "cannot open revocations %s", path);
         return BF_ERR_IO;
     }
     auth_token_id *ids = NULL;
@@ -115,7 +103,7 @@ static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *
         lineno++;
         size_t len = strlen(line);
         if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
-            auth_diag(diag, diag_len, "%s line %d: line too long", path, lineno);
+            (void)bf_diag_set(diag, diag_len, BF_OK, "%s line %d: line too long", path, lineno);
             err = BF_ERR_INVALID_ARGUMENT;
             break;
         }
@@ -124,7 +112,8 @@ static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *
         if (*s == '\0' || *s == '#')
             continue;
         if (n == AUTH_REVOKED_MAX) {
-            auth_diag(diag, diag_len, "%s: more than %d revoked tokens", path, AUTH_REVOKED_MAX);
+            (void)bf_diag_set(diag, diag_len, BF_OK, "%s: more than %d revoked tokens", path,
+                              AUTH_REVOKED_MAX);
             err = BF_ERR_INVALID_ARGUMENT;
             break;
         }
@@ -139,14 +128,15 @@ static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *
             cap = ncap;
         }
         if (bft_token_id_parse(ids[n], s) != BF_OK) {
-            auth_diag(diag, diag_len, "%s line %d: expected a 32-digit hex token id", path, lineno);
+            (void)bf_diag_set(diag, diag_len, BF_OK, "%s line %d: expected a 32-digit hex token id",
+                              path, lineno);
             err = BF_ERR_INVALID_ARGUMENT;
             break;
         }
         n++;
     }
     if (err == BF_OK && ferror(f)) {
-        auth_diag(diag, diag_len, "could not read revocations %s", path);
+        (void)bf_diag_set(diag, diag_len, BF_OK, "could not read revocations %s", path);
         err = BF_ERR_IO;
     }
     fclose(f);
@@ -251,23 +241,23 @@ bf_err srv_auth_new(srv_auth **out, const srv_auth_config *cfg, char *diag, size
     if (out == NULL || cfg == NULL)
         return BF_ERR_INVALID_ARGUMENT;
     if (!bft_name_valid(cfg->audience)) {
-        auth_diag(diag, diag_len, "token audience must be 1..%d printable bytes", BFT_NAME_MAX - 1);
+        (void)bf_diag_set(diag, diag_len, BF_OK, "token audience must be 1..%d printable bytes",
+                          BFT_NAME_MAX - 1);
         return BF_ERR_INVALID_ARGUMENT;
     }
     if (cfg->clock_skew_s < 0 || cfg->clock_skew_s > AUTH_SKEW_MAX) {
-        auth_diag(diag, diag_len, "clock skew must be 0..%d seconds", AUTH_SKEW_MAX);
+        (void)bf_diag_set(diag, diag_len, BF_OK, "clock skew must be 0..%d seconds", AUTH_SKEW_MAX);
         return BF_ERR_INVALID_ARGUMENT;
     }
     if ((cfg->ipc_boundary_caps & ~SRV_CAP_ALL) != 0) {
-        auth_diag(diag, diag_len, "unknown capability bits for the ipc boundary");
+        (void)bf_diag_set(diag, diag_len, BF_OK, "unknown capability bits for the ipc boundary");
         return BF_ERR_INVALID_ARGUMENT;
     }
     bool has_keys = cfg->trusted_keys_file != NULL && cfg->trusted_keys_file[0] != '\0';
     if (!has_keys && !cfg->ipc_boundary) {
-        auth_diag(diag, diag_len,
-                  "no trusted keys file and no ipc boundary: nothing could "
-                  "authenticate");
-        return BF_ERR_INVALID_ARGUMENT;
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "no trusted keys file and no ipc boundary: nothing could "
+                           "authenticate");
     }
     if (sodium_init() < 0)
         return BF_ERR_INTERNAL;
@@ -354,7 +344,7 @@ bf_err srv_auth_reload(srv_auth *auth, char *diag, size_t diag_len)
 
 static bf_err auth_refuse(char *diag, size_t diag_len, bft_reason reason)
 {
-    auth_diag(diag, diag_len, "%s", bft_reason_str(reason));
+    (void)bf_diag_set(diag, diag_len, BF_OK, "%s", bft_reason_str(reason));
     return BF_ERR_UNAUTHENTICATED;
 }
 

@@ -68,19 +68,6 @@ static int64_t (*_Atomic token_clock)(void);
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static bf_err token_diag(char *diag, size_t len, bf_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static bf_err token_diag(char *diag, size_t len, bf_err err, const char *fmt, ...)
-{
-    if (diag != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag, len, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
-
 static bf_err token_reject(bft_reason *reason, bft_reason why)
 {
     if (reason != NULL)
@@ -307,12 +294,12 @@ static bf_err token_lines_each(const char *text, size_t len, const char *what, t
         while (e < b && !token_space(line[e]))
             e++;
         if (k == a || v == b || e != b)
-            return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "%s line %d: expected \"<kid> <base64url key>\"", what, lineno);
+            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                               "%s line %d: expected \"<kid> <base64url key>\"", what, lineno);
         if (!token_kid_span_valid(line + a, k - a))
-            return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "%s line %d: key id must be 1..%d bytes of [A-Za-z0-9._:-]", what,
-                              lineno, BFT_KID_MAX - 1);
+            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                               "%s line %d: key id must be 1..%d bytes of [A-Za-z0-9._:-]", what,
+                               lineno, BFT_KID_MAX - 1);
         bf_err err = fn(arg, lineno, line + a, k - a, line + v, b - v, diag, diag_len);
         if (err != BF_OK)
             return err;
@@ -326,17 +313,17 @@ static bf_err token_read_file(const char *path, char *buf, size_t cap, size_t *l
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return token_diag(diag, diag_len, BF_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return bf_diag_set(diag, diag_len, BF_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return token_diag(diag, diag_len, BF_ERR_IO, "%s is not a regular file", path);
+        return bf_diag_set(diag, diag_len, BF_ERR_IO, "%s is not a regular file", path);
     }
     size_t len = 0;
     for (;;) {
         if (len == cap) {
             close(fd);
-            return token_diag(diag, diag_len, BF_ERR_IO, "%s is larger than %zu bytes", path, cap);
+            return bf_diag_set(diag, diag_len, BF_ERR_IO, "%s is larger than %zu bytes", path, cap);
         }
         ssize_t r = read(fd, buf + len, cap - len);
         if (r < 0 && errno == EINTR)
@@ -344,8 +331,8 @@ static bf_err token_read_file(const char *path, char *buf, size_t cap, size_t *l
         if (r < 0) {
             int e = errno;
             close(fd);
-            return token_diag(diag, diag_len, BF_ERR_IO, "could not read %s: %s", path,
-                              strerror(e));
+            return bf_diag_set(diag, diag_len, BF_ERR_IO, "could not read %s: %s", path,
+                               strerror(e));
         }
         if (r == 0)
             break;
@@ -363,8 +350,8 @@ static bf_err token_write_new(const char *path, const char *data, size_t len, mo
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
-        return token_diag(diag, diag_len, BF_ERR_IO, "cannot create %s: %s", path,
-                          errno == EEXIST ? "file exists" : strerror(errno));
+        return bf_diag_set(diag, diag_len, BF_ERR_IO, "cannot create %s: %s", path,
+                           errno == EEXIST ? "file exists" : strerror(errno));
     bool ok = fchmod(fd, mode) == 0;
     size_t done = 0;
     while (ok && done < len) {
@@ -385,7 +372,7 @@ static bf_err token_write_new(const char *path, const char *data, size_t len, mo
     }
     if (!ok) {
         unlink(path);
-        return token_diag(diag, diag_len, BF_ERR_IO, "could not write %s: %s", path, strerror(e));
+        return bf_diag_set(diag, diag_len, BF_ERR_IO, "could not write %s: %s", path, strerror(e));
     }
     return BF_OK;
 }
@@ -493,8 +480,8 @@ static bf_err token_secret_line(void *arg, int lineno, const char *kid, size_t k
 {
     token_secret_parse *p = arg;
     if (p->secret != NULL)
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: a secret key file holds exactly one key", p->path, lineno);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: a secret key file holds exactly one key", p->path, lineno);
     bft_secret *s = NULL;
     bf_err err = token_secret_alloc(&s, kid, kid_len);
     if (err != BF_OK)
@@ -502,8 +489,8 @@ static bf_err token_secret_line(void *arg, int lineno, const char *kid, size_t k
     size_t n = 0;
     if (!token_b64_decode(s->sk, TOKEN_SK_LEN, &n, b64, b64_len) || n != TOKEN_SK_LEN) {
         bft_secret_free(s);
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: not a base64url Ed25519 secret key", p->path, lineno);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: not a base64url Ed25519 secret key", p->path, lineno);
     }
     /* the public half must be the one the seed derives */
     unsigned char pk[crypto_sign_PUBLICKEYBYTES];
@@ -513,8 +500,8 @@ static bf_err token_secret_line(void *arg, int lineno, const char *kid, size_t k
     sodium_memzero(sk2, sizeof sk2);
     if (!same) {
         bft_secret_free(s);
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: secret key is inconsistent", p->path, lineno);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: secret key is inconsistent", p->path, lineno);
     }
     p->secret = s;
     return BF_OK;
@@ -538,7 +525,7 @@ bf_err bft_secret_load(bft_secret **out, const char *path, bool *insecure, char 
         err = token_lines_each(text, len, path, token_secret_line, &p, diag, diag_len);
     sodium_free(text);
     if (err == BF_OK && p.secret == NULL)
-        err = token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "%s holds no key", path);
+        err = bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "%s holds no key", path);
     if (err != BF_OK) {
         bft_secret_free(p.secret);
         return err;
@@ -612,15 +599,15 @@ static bf_err token_ring_line(void *arg, int lineno, const char *kid, size_t kid
     size_t n = 0;
     if (!token_b64_decode(pk, sizeof pk, &n, b64, b64_len) || n != sizeof pk ||
         crypto_core_ed25519_is_valid_point(pk) != 1)
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: not a base64url Ed25519 public key", p->what, lineno);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: not a base64url Ed25519 public key", p->what, lineno);
     if (token_keyring_find(p->ring, name) != NULL)
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: key id %s listed twice", p->what, lineno, name);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: key id %s listed twice", p->what, lineno, name);
     if (p->ring->n >= BFT_KEYRING_MAX)
-        return token_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                          "%s line %d: more than %d trusted keys", p->what, lineno,
-                          BFT_KEYRING_MAX);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "%s line %d: more than %d trusted keys", p->what, lineno,
+                           BFT_KEYRING_MAX);
     return bft_keyring_add(p->ring, name, pk);
 }
 

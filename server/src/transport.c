@@ -92,20 +92,6 @@ static void transport_log(const srv_transport *t, bf_log_level level, const char
     t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, level, buf);
 }
 
-static bf_err transport_diag(char *diag, size_t diag_len, bf_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bf_err transport_diag(char *diag, size_t diag_len, bf_err err, const char *fmt, ...)
-{
-    if (diag != NULL && diag_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag, diag_len, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
-
 static const char *transport_kind(const char *url)
 {
     if (strncmp(url, "ipc://", 6) == 0 && url[6] != '\0')
@@ -155,12 +141,12 @@ static bf_err transport_tls_new(srv_transport *t, const srv_transport_config *cf
                                 size_t diag_len)
 {
     if (cfg->tls_cert_file == NULL || cfg->tls_cert_file[0] == '\0')
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "a tls+tcp listener needs a certificate and key");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "a tls+tcp listener needs a certificate and key");
     int rv = nng_tls_config_alloc(&t->tls, NNG_TLS_MODE_SERVER);
     if (rv != 0)
-        return transport_diag(diag, diag_len, BF_ERR_INTERNAL, "could not set up tls: %s",
-                              nng_strerror(rv));
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not set up tls: %s",
+                           nng_strerror(rv));
     if (cfg->tls_key_file == NULL || strcmp(cfg->tls_key_file, cfg->tls_cert_file) == 0) {
         rv = nng_tls_config_cert_key_file(t->tls, cfg->tls_cert_file, NULL);
     } else {
@@ -170,8 +156,8 @@ static bf_err transport_tls_new(srv_transport *t, const srv_transport_config *cf
             err = transport_read_pem(cfg->tls_key_file, &key);
         if (err != BF_OK) {
             transport_free_pem(cert);
-            return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                                  "could not read the tls certificate or key: %s", bf_err_str(err));
+            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                               "could not read the tls certificate or key: %s", bf_err_str(err));
         }
         rv = nng_tls_config_own_cert(t->tls, cert, key, NULL);
         transport_free_pem(cert);
@@ -180,8 +166,8 @@ static bf_err transport_tls_new(srv_transport *t, const srv_transport_config *cf
     if (rv == 0)
         rv = nng_tls_config_auth_mode(t->tls, NNG_TLS_AUTH_MODE_NONE);
     if (rv != 0)
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "could not load the tls certificate and key: %s", nng_strerror(rv));
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "could not load the tls certificate and key: %s", nng_strerror(rv));
     return BF_OK;
 }
 
@@ -191,13 +177,13 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
     transport_listener *tl = &t->listeners[t->n_listeners];
     tl->kind = transport_kind(url);
     if (tl->kind == NULL || strlen(url) >= sizeof tl->url)
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "unsupported listener url (use ipc://, tcp:// or tls+tcp://)");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "unsupported listener url (use ipc://, tcp:// or tls+tcp://)");
     snprintf(tl->url, sizeof tl->url, "%s", url);
     int rv = nng_listener_create(&tl->listener, t->sock, url);
     if (rv != 0)
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "invalid listener url %s: %s", url, nng_strerror(rv));
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid listener url %s: %s",
+                           url, nng_strerror(rv));
     tl->created = true;
     t->n_listeners++;
     if (strcmp(tl->kind, "ipc") == 0)
@@ -205,8 +191,8 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
     else if (strcmp(tl->kind, "tls") == 0)
         rv = nng_listener_set_ptr(tl->listener, NNG_OPT_TLS_CONFIG, t->tls);
     if (rv != 0)
-        return transport_diag(diag, diag_len, BF_ERR_INTERNAL, "could not configure %s: %s", url,
-                              nng_strerror(rv));
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not configure %s: %s", url,
+                           nng_strerror(rv));
     return BF_OK;
 }
 
@@ -216,12 +202,12 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     if (out == NULL || d == NULL || ctx == NULL || cfg == NULL || cfg->urls == NULL ||
         cfg->n_urls == 0 || cfg->n_urls > SRV_TRANSPORT_MAX_LISTENERS || cfg->threads < 0 ||
         cfg->threads > SRV_TRANSPORT_MAX_THREADS)
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "invalid transport configuration");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "invalid transport configuration");
     int ipc_mode = cfg->ipc_mode ? cfg->ipc_mode : 0600;
     if (ipc_mode != 0600 && ipc_mode != 0660)
-        return transport_diag(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                              "ipc socket mode must be 0600 or 0660");
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "ipc socket mode must be 0600 or 0660");
     srv_transport *t = calloc(1, sizeof *t);
     if (t == NULL)
         return BF_ERR_NOMEM;
@@ -232,16 +218,16 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     bf_err err = BF_OK;
     int rv = nng_rep0_open(&t->sock);
     if (rv != 0) {
-        err = transport_diag(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
-                             nng_strerror(rv));
+        err = bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
+                          nng_strerror(rv));
         goto fail;
     }
     t->sock_open = true;
     rv = nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ,
                              (size_t)SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK);
     if (rv != 0) {
-        err = transport_diag(diag, diag_len, BF_ERR_INTERNAL, "could not cap receive size: %s",
-                             nng_strerror(rv));
+        err = bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not cap receive size: %s",
+                          nng_strerror(rv));
         goto fail;
     }
     for (size_t i = 0; i < cfg->n_urls; i++) {
@@ -357,8 +343,8 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
     for (size_t i = 0; i < t->n_listeners; i++) {
         int rv = nng_listener_start(t->listeners[i].listener, 0);
         if (rv != 0)
-            return transport_diag(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
-                                  t->listeners[i].url, nng_strerror(rv));
+            return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
+                               t->listeners[i].url, nng_strerror(rv));
         t->listeners[i].started = true;
     }
     t->workers = calloc((size_t)t->n_workers, sizeof *t->workers);
@@ -374,15 +360,14 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             rv = nng_aio_alloc(&w->aio, NULL, NULL);
         }
         if (rv != 0)
-            return transport_diag(diag, diag_len, BF_ERR_INTERNAL,
-                                  "could not set up request context: %s", nng_strerror(rv));
+            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
+                               "could not set up request context: %s", nng_strerror(rv));
     }
     t->started = true;
     for (int i = 0; i < t->n_workers; i++) {
         transport_worker *w = &t->workers[i];
         if (pthread_create(&w->thread, NULL, transport_worker_main, w) != 0)
-            return transport_diag(diag, diag_len, BF_ERR_INTERNAL,
-                                  "could not start request thread");
+            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start request thread");
         w->thread_started = true;
     }
     return BF_OK;

@@ -9,6 +9,8 @@
 #ifndef BUZZ_ERR_H
 #define BUZZ_ERR_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,6 +57,11 @@ const char *bf_err_str(bf_err err);
 
 /* The enum constant's name ("BF_ERR_STALE"); never NULL. */
 const char *bf_err_name(bf_err err);
+
+/* Write a bounded diagnostic into a caller's buffer (NULL or cap 0: nothing is written; text
+ * that does not fit ends in "...") and return err, for "return bf_diag_set(...)". */
+bf_err bf_diag_set(char *diag, size_t cap, bf_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #ifdef __cplusplus
 }
