@@ -1,6 +1,6 @@
 /*
- * backfill.c - the read model (one compact row per stable ID), registration, the readiness
- * gate and the audit trail. Every read goes to PostgreSQL; nothing is cached.
+ * backfill.c - the read model (one compact row per stable ID), the ordering key check,
+ * registration and the readiness gate. Every read goes to PostgreSQL; nothing is cached.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,10 +173,14 @@ bf_err bf__key_unique(bf_engine *e, const bf_compiled *c)
     if (err != BF_OK)
         return err;
     bool missing = bf__isnull(r, 0, 0);
-    bool unique = bf__field_bool(r, 0, 0);
+    bool nullable = strcmp(bf__field(r, 0, 0), "nullable") == 0;
+    bool unique = strcmp(bf__field(r, 0, 0), "unique") == 0;
     PQclear(r);
     if (missing)
         return bf__diag(e, BF_ERR_PREREQUISITE, "prerequisite not met: source table is missing");
+    if (nullable)
+        return bf__diag(e, BF_ERR_DEFINITION,
+                        "ordering key column is nullable: declare it NOT NULL");
     if (!unique)
         return bf__diag(e, BF_ERR_DEFINITION,
                         "ordering key is not unique: no unique index covers its columns");

@@ -33,8 +33,14 @@ void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
     if (cap == 0)
         return;
     int n = vsnprintf(dst, cap, fmt, ap);
-    if (n >= 0 && (size_t)n >= cap && cap > 4)
-        memcpy(dst + cap - 4, "...", 4);
+    if (n < 0 || (size_t)n < cap || cap <= 4)
+        return;
+    /* cut on a UTF-8 character boundary: PostgreSQL rejects a split character, and this text
+     * is stored (error_detail, audit) */
+    size_t cut = cap - 4;
+    while (cut > 0 && ((unsigned char)dst[cut] & 0xc0) == 0x80)
+        cut--;
+    memcpy(dst + cut, "...", 4);
 }
 
 void bf__format(char *dst, size_t cap, const char *fmt, ...)
@@ -309,10 +315,8 @@ static bf_err engine_drain_notifies(bf_engine *e, bool *got)
     return BF_OK;
 }
 
-bf_err bf_wait_notify(bf_engine *e, int timeout_ms)
+bf_err bf__wait_notify(bf_engine *e, int wake_fd, int timeout_ms)
 {
-    if (e == NULL || timeout_ms < 0)
-        return BF_ERR_INVALID_ARGUMENT;
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
@@ -326,12 +330,27 @@ bf_err bf_wait_notify(bf_engine *e, int timeout_ms)
         return err;
     if (got || timeout_ms == 0)
         return got ? BF_OK : BF_ERR_TIMEOUT;
-    struct pollfd pfd = {.fd = PQsocket(e->conn), .events = POLLIN};
-    if (pfd.fd < 0)
+    struct pollfd fds[2] = {{.fd = PQsocket(e->conn), .events = POLLIN},
+                            {.fd = wake_fd, .events = POLLIN}};
+    if (fds[0].fd < 0)
         return bf__diag(e, BF_ERR_UNAVAILABLE, "database connection lost");
-    if (poll(&pfd, 1, timeout_ms) <= 0)
-        return BF_ERR_TIMEOUT; /* timed out, or a signal: the caller re-reads either way */
+    if (poll(fds, 2, timeout_ms) <= 0 || fds[0].revents == 0)
+        return BF_ERR_TIMEOUT; /* timed out, woken, or a signal: the caller re-reads either way */
     if ((err = engine_drain_notifies(e, &got)) != BF_OK)
         return err;
     return got ? BF_OK : BF_ERR_TIMEOUT;
+}
+
+bf_err bf_wait_notify(bf_engine *e, int timeout_ms)
+{
+    if (e == NULL || timeout_ms < 0)
+        return BF_ERR_INVALID_ARGUMENT;
+    return bf__wait_notify(e, -1, timeout_ms);
+}
+
+void bf__unlisten(bf_engine *e)
+{
+    if (e->listening && e->conn != NULL)
+        (void)bf__exec0(e, "unlisten", "UNLISTEN buzz_backfill", 0, NULL);
+    e->listening = false;
 }

@@ -21,7 +21,7 @@ typedef struct bf_compiled {
     char key_types[96]; /* canonical key signature, "timestamptz,bytea" */
     char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
     char *sql_estimate; /* planner row estimate of the source table */
-    char *sql_unique;   /* does a unique index cover the key? (boolean, NULL: no table) */
+    char *sql_unique;   /* is the key unique and NOT NULL? (text verdict, NULL: no table) */
     char *sql_batch[2]; /* declarative batch: [0] before any checkpoint, [1] after one */
     char *sql_keys[2]; /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3
                           after) */
@@ -62,7 +62,7 @@ struct bf_engine {
     uint32_t stmt_prepared;  /* bit per bf_stmt: prepared on this connection */
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
-    bool listening;   /* LISTEN buzz_backfill issued on this connection (bf_wait_notify) */
+    bool listening;   /* LISTEN buzz_backfill issued on this connection (bf__wait_notify) */
 };
 
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
@@ -73,6 +73,11 @@ bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
 
 /* Make sure the connection is usable, reconnecting once when it broke. */
 bf_err bf__ensure_conn(bf_engine *e);
+
+/* bf_wait_notify() that also wakes (BF_ERR_TIMEOUT) when wake_fd (-1: none) becomes readable.
+ * e->listening is the one record of LISTEN on this connection; bf__unlisten() ends it. */
+bf_err bf__wait_notify(bf_engine *e, int wake_fd, int timeout_ms);
+void bf__unlisten(bf_engine *e);
 
 /*
  * Turn a failed PGresult into a bf_err: logs the full server message with `what`, records the
@@ -143,8 +148,8 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
  * rows there are, writing at most max. */
 int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max);
-/* BF_OK when a unique index covers the definition's key, BF_ERR_DEFINITION when none does,
- * BF_ERR_PREREQUISITE when the source table is missing. */
+/* BF_OK when a unique index covers the definition's key and its columns are NOT NULL,
+ * BF_ERR_DEFINITION otherwise, BF_ERR_PREREQUISITE when the source table is missing. */
 bf_err bf__key_unique(bf_engine *e, const bf_compiled *c);
 /* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);

@@ -278,8 +278,8 @@ static char *compile_batch(const bf_definition *d, bool has_checkpoint)
     return bf_strbuf_take(&sb);
 }
 
-/* Callback forms: create bf_batch, then fill it. $1 after (variant 1), $2 bound, $3 limit...
- * The CREATE has no parameters; the INSERT takes ($1 bound, $2 limit[, $3 after]). */
+/* Callback forms: fill bf_batch (created by compile_create_batch, no parameters) with the next
+ * keys: ($1 bound, $2 limit[, $3 after]). */
 static char *compile_keys(const bf_definition *d, bool has_after)
 {
     bf_strbuf sb;
@@ -343,7 +343,8 @@ static char *compile_vchunk(const bf_definition *d, bool has_after)
     return bf_strbuf_take(&sb);
 }
 
-/* Callback forms: number of keys in bf_batch and the greatest of them. */
+/* Callback validation: the greatest key in bf_batch as a text[] literal (where the next chunk
+ * starts). */
 static char *compile_batch_last(const bf_definition *d)
 {
     bf_strbuf sb;
@@ -356,17 +357,26 @@ static char *compile_batch_last(const bf_definition *d)
     return bf_strbuf_take(&sb);
 }
 
-/* NULL without the table; else true when a valid, non-partial unique index on plain columns
- * covers only key columns: then the key is unique (a subset being unique makes the whole key
- * unique), so keyset batches neither skip nor repeat rows and a batch's key range holds no more
- * rows than its keys. */
+/* NULL without the table; 'nullable' when a key column may be NULL (a NULL key is never
+ * selected, and a NULL greatest key would capture a bound that admits no row, so validation
+ * would pass over unrepaired rows); else 'unique' when a valid, non-partial unique index on
+ * plain columns covers only key columns: then the key is unique (a subset being unique makes
+ * the whole key unique), so keyset batches neither skip nor repeat rows and a batch's key range
+ * holds no more rows than its keys; else 'not unique'. */
 static char *compile_unique(const bf_definition *d)
 {
     bf_strbuf sb;
     bf_strbuf_init(&sb);
     bf_strbuf_add(&sb, "SELECT CASE WHEN to_regclass('");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, "') IS NOT NULL THEN EXISTS (SELECT 1 FROM pg_index i"
+    bf_strbuf_add(&sb, "') IS NULL THEN NULL WHEN EXISTS (SELECT 1 FROM pg_attribute a"
+                       " WHERE a.attrelid = to_regclass('");
+    add_table(&sb, d->table);
+    bf_strbuf_add(&sb, "') AND a.attnum > 0 AND NOT a.attisdropped AND NOT a.attnotnull"
+                       " AND a.attname = ANY ('{");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "%s%s", i ? "," : "", d->key[i].name);
+    bf_strbuf_add(&sb, "}'::name[])) THEN 'nullable' WHEN EXISTS (SELECT 1 FROM pg_index i"
                        " WHERE i.indrelid = to_regclass('");
     add_table(&sb, d->table);
     bf_strbuf_add(&sb, "') AND i.indisunique AND i.indisvalid AND i.indpred IS NULL"
@@ -376,7 +386,7 @@ static char *compile_unique(const bf_definition *d)
                        " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL ('{");
     for (int i = 0; i < d->nkey; i++)
         bf_strbuf_addf(&sb, "%s%s", i ? "," : "", d->key[i].name);
-    bf_strbuf_add(&sb, "}'::name[]))) END");
+    bf_strbuf_add(&sb, "}'::name[]))) THEN 'unique' ELSE 'not unique' END");
     return bf_strbuf_take(&sb);
 }
 
@@ -477,7 +487,8 @@ static char *registry_ids_literal(const bf_registry *reg, bool required_only)
         const bf_definition *d = reg->items[i].def;
         if (required_only && !d->required)
             continue;
-        bf_strbuf_addf(&sb, "%s%s", first ? "" : ",", d->id); /* stable IDs need no quoting */
+        /* quoted: an unquoted element spelled "null" would read as a NULL */
+        bf_strbuf_addf(&sb, "%s\"%s\"", first ? "" : ",", d->id);
         first = false;
     }
     bf_strbuf_add(&sb, "}");

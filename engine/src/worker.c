@@ -31,10 +31,9 @@ struct bf_worker {
     bf_worker_hooks hooks;
     atomic_bool stop;
     int wake[2]; /* self-pipe: bf_worker_stop() writes, the idle wait polls */
-    bool listening;
-    const char *ids; /* text[] literal of every stable ID this registry knows */
 
-    /* the held claim; meaningful only while has_claim */
+    /* the held claim; meaningful only while has_claim, except that after a loss the fields
+     * still name the lost claim, so that the attempt can be recorded (fenced) */
     bool has_claim;
     char id[BF_ID_MAX + 1];
     size_t index;
@@ -56,7 +55,6 @@ static void worker_param_int(char *buf, size_t cap, long long v)
 static void worker_drop_claim(bf_worker *w)
 {
     w->has_claim = false;
-    w->c = NULL;
 }
 
 /* ---- claims ---------------------------------------------------------------------------- */
@@ -128,7 +126,7 @@ bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
         err = worker_claim_id(w, id);
     } else {
         /* candidates among the IDs this process knows; the claim statement decides */
-        const char *params[] = {w->ids};
+        const char *params[] = {bf__registry_ids(w->e->reg, false)};
         PGresult *r = NULL;
         err = bf__exec(w->e, &r, "find work",
                        "SELECT id FROM buzz_backfill.backfill WHERE id = ANY($1::text[])"
@@ -273,6 +271,16 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
     return err;
 }
 
+static bf_err step_lost(bf_worker *w, bf_step_info *info)
+{
+    bf__log(w->e, BF_LOG_WARN, "%s: stale owner rejected at generation %lld", info->id,
+            (long long)info->generation);
+    worker_drop_claim(w);
+    info->step = BF_STEP_LOST;
+    bf__copy(info->detail, sizeof info->detail, "claim or generation no longer current");
+    return BF_OK;
+}
+
 /* How a classified error is disposed of. */
 typedef enum failure_mode { FAIL_RETRY, FAIL_BLOCK, FAIL_FAIL } failure_mode;
 
@@ -350,10 +358,9 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
     PQclear(r);
     bf__copy(info->detail, sizeof info->detail, bounded);
     worker_drop_claim(w); /* released by the statement, or never ours */
-    if (n == 0) {
-        info->step = BF_STEP_LOST;
-        return BF_OK;
-    }
+    /* nothing matched: paused or taken over meanwhile, not ours to record */
+    if (n == 0)
+        return step_lost(w, info);
     info->step = st == BF_STATE_BLOCKED  ? BF_STEP_BLOCKED
                  : st == BF_STATE_FAILED ? BF_STEP_FAILED
                                          : BF_STEP_RETRY;
@@ -533,21 +540,14 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
 
 /* ---- steps ----------------------------------------------------------------------------- */
 
-static bf_err step_lost(bf_worker *w, bf_step_info *info)
-{
-    bf__log(w->e, BF_LOG_WARN, "%s: stale owner rejected at generation %lld", info->id,
-            (long long)info->generation);
-    worker_drop_claim(w);
-    info->step = BF_STEP_LOST;
-    bf__copy(info->detail, sizeof info->detail, "claim or generation no longer current");
-    return BF_OK;
-}
-
-/* Handle the outcome of something that failed while holding the claim. */
+/* Handle the outcome of something that failed while holding the claim. A fenced-out commit is
+ * a lost claim when a pause or takeover advanced the generation (worker_fail() then matches
+ * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
+ * batch that always outlasts its lease would be retried forever. */
 static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
 {
     if (err == BF_ERR_STALE)
-        return step_lost(w, info);
+        return worker_fail(w, BF_ERR_TIMEOUT, "claim expired before the work committed", info);
     return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
 }
 
@@ -645,11 +645,8 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     bf_validation_run run;
     err = bf__validation_run(e, c, w->bound, w->bound_empty, renew_gate, w, &run);
     bf__validation_unlock(e, info->id);
-    if (err != BF_OK) {
-        if (!w->has_claim) /* the gate lost the claim */
-            return step_lost(w, info);
+    if (err != BF_OK) /* including BF_ERR_STALE when the gate could not renew the claim */
         return step_failed(w, err, "", info);
-    }
     if (run.outcome == BF_VALIDATION_SUCCESS) {
         err = worker_complete(w, run.detail);
         if (err != BF_OK)
@@ -686,21 +683,13 @@ bf_err bf_worker_step(bf_worker *w, bf_step_info *out)
 /* ---- the loop -------------------------------------------------------------------------- */
 
 /* Wait until notified, stopped, or poll_ms passed. Notifications only wake; the loop re-reads
- * PostgreSQL before acting on anything. */
+ * PostgreSQL before acting on anything. Without a usable connection it still waits (backoff). */
 static void worker_wait(bf_worker *w, int poll_ms)
 {
-    bf_engine *e = w->e;
-    if (!w->listening && bf__ensure_conn(e) == BF_OK &&
-        bf__exec0(e, "listen", "LISTEN buzz_backfill", 0, NULL) == BF_OK)
-        w->listening = true;
-    struct pollfd fds[2] = {{.fd = w->wake[0], .events = POLLIN}, {.fd = -1, .events = POLLIN}};
-    if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK)
-        fds[1].fd = PQsocket(e->conn);
-    if (poll(fds, 2, poll_ms) > 0 && fds[1].revents != 0 && e->conn != NULL) {
-        (void)PQconsumeInput(e->conn);
-        PGnotify *n;
-        while ((n = PQnotifies(e->conn)) != NULL)
-            PQfreemem(n);
+    bf_err err = bf__wait_notify(w->e, w->wake[0], poll_ms);
+    if (err != BF_OK && err != BF_ERR_TIMEOUT) {
+        struct pollfd pfd = {.fd = w->wake[0], .events = POLLIN};
+        (void)poll(&pfd, 1, poll_ms);
     }
 }
 
@@ -765,7 +754,6 @@ bf_err bf_worker_new(bf_worker **out, bf_engine *engine, const bf_worker_hooks *
         free(w);
         return BF_ERR_IO;
     }
-    w->ids = bf__registry_ids(engine->reg, false);
     *out = w;
     return BF_OK;
 }
@@ -776,8 +764,7 @@ void bf_worker_free(bf_worker *w)
         return;
     if (w->has_claim)
         (void)bf_worker_release(w);
-    if (w->listening && w->e->conn != NULL)
-        (void)bf__exec0(w->e, "unlisten", "UNLISTEN buzz_backfill", 0, NULL);
+    bf__unlisten(w->e); /* the engine outlives the worker: stop queueing notifications */
     close(w->wake[0]);
     close(w->wake[1]);
     free(w);

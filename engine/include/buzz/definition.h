@@ -117,10 +117,12 @@ typedef struct bf_definition {
 
 /*
  * Run one statement inside the lent transaction. rows_out (optional) receives the number of rows
- * it affected or returned. Every row it writes (INSERT, UPDATE, DELETE, MERGE) counts against
- * the batch bound: when the running total exceeds it, this returns BF_ERR_BATCH_BOUND and the
- * engine rolls the whole batch back. After any error the transaction is failed: later calls
- * return the same error without running.
+ * it affected or returned. Every row an INSERT, UPDATE, DELETE or MERGE statement writes counts
+ * against the batch bound (its command tag is what is counted: rows written inside a SELECT, by
+ * a data-modifying WITH or a function, are not seen, so do not write that way): when the running
+ * total exceeds it, this returns BF_ERR_BATCH_BOUND and the engine rolls the whole batch back.
+ * After any error the transaction is failed: later calls return the same error without running.
+ * Never end the transaction (COMMIT, ROLLBACK) from a callback.
  */
 bf_err bf_txn_exec(bf_txn *txn, const char *sql, int nparams, const char *const *params,
                    long *rows_out) __attribute__((warn_unused_result));

@@ -47,6 +47,7 @@ typedef struct bf_config {
 
 typedef struct bf_engine bf_engine;
 
+/* reg must outlive the engine and must not change (bf_registry_add) while the engine is open. */
 bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *reg);
 void bf_engine_close(bf_engine *engine);
 const char *bf_engine_diag(const bf_engine *engine);
@@ -265,10 +266,11 @@ typedef enum bf_step {
     BF_STEP_BATCH = 1,      /* a batch committed */
     BF_STEP_VALIDATING = 2, /* reached the bound, entered validating */
     BF_STEP_COMPLETED = 3,  /* validation succeeded, completed */
-    BF_STEP_RETRY = 4,      /* attempt failed, backoff scheduled, claim released */
+    BF_STEP_RETRY = 4,      /* attempt failed (or outlasted the claim), backoff scheduled,
+                               claim released */
     BF_STEP_FAILED = 5,     /* entered failed, claim released */
     BF_STEP_BLOCKED = 6,    /* entered blocked, claim released */
-    BF_STEP_LOST = 7,       /* fenced out: paused, expired or taken over; nothing committed */
+    BF_STEP_LOST = 7,       /* fenced out by a pause or takeover; nothing committed */
 } bf_step;
 
 const char *bf_step_name(bf_step step);
@@ -295,7 +297,8 @@ typedef struct bf_worker bf_worker;
 
 /* A worker borrows the engine (its connection) until freed. */
 bf_err bf_worker_new(bf_worker **out, bf_engine *engine, const bf_worker_hooks *hooks);
-void bf_worker_free(bf_worker *worker); /* releases a held claim first */
+/* Releases a held claim first, and ends the engine's LISTEN (bf_wait_notify listens again). */
+void bf_worker_free(bf_worker *worker);
 
 /* Claim a specific ID, or (id NULL) the next eligible running/validating row this registry
  * knows. BF_ERR_NO_WORK when nothing is eligible; BF_ERR_UNKNOWN_DEFINITION for an ID the
