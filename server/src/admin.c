@@ -490,9 +490,10 @@ static void admin_who_am_i(admin_service *svc, const Buzz__Backfill__V1__WhoAmIR
                                    sizeof admin_role_names / sizeof admin_role_names[0], roles);
     resp.roles = roles;
     resp.token_id = who->token_id[0] ? (char *)who->token_id : NULL;
-    if (who->expires_at != 0) {
+    if (who->expires_at != 0) { /* a signed expiry may be far off: saturate, never wrap */
         resp.has_expires_at_us = true;
-        resp.expires_at_us = who->expires_at * 1000000;
+        resp.expires_at_us =
+            who->expires_at <= INT64_MAX / 1000000 ? who->expires_at * 1000000 : INT64_MAX;
     }
     closure(&resp, closure_data);
 }

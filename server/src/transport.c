@@ -16,6 +16,12 @@
  * Size: nng refuses messages over SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK by dropping the
  * connection; between SRV_MAX_MESSAGE and that, the dispatcher answers RESOURCE_EXHAUSTED.
  *
+ * Slow peers: a REP context hands its reply to the connection it came from; while that
+ * connection is still writing an earlier reply (a peer that sent several requests and stopped
+ * reading), the send waits. Sends therefore carry a timeout (send_timeout_ms): without it one
+ * such peer could hold every thread forever and stop could never join them. A receive waits
+ * without limit.
+ *
  * Stop: a flag under the mutex stops threads from starting a new receive, and the context of
  * every thread that is waiting in recv is closed (its recv fails with NNG_ECLOSED). A thread
  * in the middle of a request finishes it and sends its reply before it sees the flag. The
@@ -41,6 +47,7 @@
 #define TRANSPORT_DEFAULT_THREADS 4
 #define TRANSPORT_PEM_MAX         (1 << 20)
 #define TRANSPORT_LINGER_MS       200
+#define TRANSPORT_SEND_TIMEOUT_MS 10000
 
 typedef struct transport_listener {
     nng_listener listener;
@@ -71,6 +78,7 @@ struct srv_transport {
     size_t n_listeners;
     transport_worker *workers;
     int n_workers;
+    nng_duration send_timeout_ms;
     pthread_mutex_t mtx;
     bool stopping;
     bool started;
@@ -201,7 +209,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
 {
     if (out == NULL || d == NULL || ctx == NULL || cfg == NULL || cfg->urls == NULL ||
         cfg->n_urls == 0 || cfg->n_urls > SRV_TRANSPORT_MAX_LISTENERS || cfg->threads < 0 ||
-        cfg->threads > SRV_TRANSPORT_MAX_THREADS)
+        cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "invalid transport configuration");
     int ipc_mode = cfg->ipc_mode ? cfg->ipc_mode : 0600;
@@ -214,6 +222,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     t->d = d;
     t->ctx = ctx;
     t->n_workers = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
+    t->send_timeout_ms = cfg->send_timeout_ms ? cfg->send_timeout_ms : TRANSPORT_SEND_TIMEOUT_MS;
     pthread_mutex_init(&t->mtx, NULL);
     bf_err err = BF_OK;
     int rv = nng_rep0_open(&t->sock);
@@ -290,6 +299,7 @@ static void transport_serve(transport_worker *w, nng_msg *msg)
     }
     free(out);
     nng_aio_set_msg(w->aio, msg);
+    nng_aio_set_timeout(w->aio, t->send_timeout_ms);
     nng_ctx_send(w->ctx, w->aio);
     nng_aio_wait(w->aio);
     int rv = nng_aio_result(w->aio);
@@ -317,6 +327,7 @@ static void *transport_worker_main(void *arg)
         pthread_mutex_unlock(&t->mtx);
         if (stop)
             break;
+        nng_aio_set_timeout(w->aio, NNG_DURATION_INFINITE);
         nng_ctx_recv(w->ctx, w->aio);
         nng_aio_wait(w->aio);
         pthread_mutex_lock(&t->mtx);

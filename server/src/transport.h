@@ -33,6 +33,8 @@ typedef struct srv_transport_config {
     int ipc_mode;              /* ipc socket file mode: 0600 (0 = default) or 0660 */
     const char *tls_cert_file; /* PEM certificate chain for tls+tcp:// listeners */
     const char *tls_key_file;  /* PEM private key; NULL when it is in tls_cert_file */
+    int send_timeout_ms;       /* a reply that cannot be handed to its connection within this
+                                  (a peer that stops reading) is dropped; 0 = 10000 */
 } srv_transport_config;
 
 /* Open the socket and configure (not bind) one listener per URL. Strings are copied. diag gets

@@ -29,6 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cmocka.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -53,7 +57,10 @@ typedef enum stub_mode {
     STUB_HOLD,      /* wait until released */
     STUB_CONFLICT,  /* FAILED_PRECONDITION with a body */
     STUB_NOT_FOUND, /* NOT_FOUND, passing a body that must not travel */
+    STUB_BIG,       /* answer with a STUB_BIG_LEN reason: more than the socket buffers hold */
 } stub_mode;
+
+#define STUB_BIG_LEN (8 * 1024 * 1024)
 
 static struct {
     pthread_mutex_t mtx;
@@ -130,6 +137,16 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
     resp.ready = true;
     resp.n_components = 1;
     resp.components = comps;
+    static char *big;
+    if (stub.mode == STUB_BIG) {
+        if (big == NULL) {
+            big = malloc(STUB_BIG_LEN + 1);
+            assert_non_null(big);
+            memset(big, 'x', STUB_BIG_LEN);
+            big[STUB_BIG_LEN] = '\0';
+        }
+        comp.reason = big;
+    }
 
     pthread_mutex_lock(&stub.mtx);
     stub.calls++;
@@ -169,6 +186,7 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
         srv_call_status(call, SC(NOT_FOUND), "backfill not found", NULL);
         break;
     case STUB_ECHO:
+    case STUB_BIG:
         break;
     }
     pthread_mutex_unlock(&stub.mtx);
@@ -932,6 +950,128 @@ static void test_stop_finishes_in_flight(void **state)
     srv_transport_free(t2);
 }
 
+/* ---- a peer that stops reading --------------------------------------------------------- */
+
+static void raw_write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        assert_true(w > 0);
+        p += w;
+        len -= (size_t)w;
+    }
+}
+
+/* A bare TCP connection that speaks the SP handshake as a REQ peer, with a tiny receive
+ * buffer so the server's replies back up at once. */
+static int raw_sp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 4096;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30 /* REQ */, 0, 0};
+    raw_write_all(fd, hello, sizeof hello);
+    return fd;
+}
+
+/* One REQ message: 64-bit big-endian length, the 32-bit request id (high bit set), the body. */
+static void raw_sp_request(int fd, uint32_t id, const uint8_t *body, size_t len)
+{
+    uint8_t hdr[12];
+    uint64_t n = len + 4;
+    for (int i = 0; i < 8; i++)
+        hdr[i] = (uint8_t)(n >> (56 - 8 * i));
+    uint32_t rid = id | 0x80000000u;
+    for (int i = 0; i < 4; i++)
+        hdr[8 + i] = (uint8_t)(rid >> (24 - 8 * i));
+    raw_write_all(fd, hdr, sizeof hdr);
+    raw_write_all(fd, body, len);
+}
+
+typedef struct stop_watch {
+    srv_transport *t;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool done;
+} stop_watch;
+
+static void *watched_stop(void *arg)
+{
+    stop_watch *sw = arg;
+    srv_transport_stop(sw->t);
+    pthread_mutex_lock(&sw->mtx);
+    sw->done = true;
+    pthread_cond_broadcast(&sw->cond);
+    pthread_mutex_unlock(&sw->mtx);
+    return NULL;
+}
+
+/* A peer that sends two requests on one connection and never reads: the first large reply
+ * fills the connection, the second queues behind it. The queued send gives up after the send
+ * timeout, so no transport thread is held forever and stop returns.
+ * Guard: the send timeout of transport_serve (send_timeout_ms); without it stop never joins. */
+static void test_unread_replies_do_not_hold_threads(void **state)
+{
+    (void)state;
+    char diag[256] = "";
+    const char *urls[] = {"tcp://127.0.0.1:0"};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 2, .send_timeout_ms = 300};
+    srv_transport *t2 = NULL;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    int port = 0;
+    assert_int_equal(srv_transport_bound_port(t2, 0, &port), BF_OK);
+
+    stub_reset(STUB_BIG);
+    size_t body_len = 0;
+    uint8_t body[16];
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    body_len = buzz__backfill__v1__check_request__pack(&req, body);
+    env_spec spec = {.method = CHECK_METHOD,
+                     .token = token_ok,
+                     .body = body,
+                     .body_len = body_len,
+                     .has_body = true};
+    size_t len = 0;
+    uint8_t *env = env_pack(&spec, &len);
+    int fd = raw_sp_connect(port);
+    raw_sp_request(fd, 1, env, len);
+    raw_sp_request(fd, 2, env, len);
+    free(env);
+    /* both requests handled: one reply is stuck on the wire, the other is queued behind it */
+    for (int i = 0; stub_calls() < 2; i++) {
+        assert_true(i < WAIT_LIMIT_S * 100);
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+
+    stop_watch sw = {.t = t2, .mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    pthread_t stopper;
+    assert_int_equal(pthread_create(&stopper, NULL, watched_stop, &sw), 0);
+    pthread_mutex_lock(&sw.mtx);
+    struct timespec until = stub_deadline();
+    while (!sw.done)
+        if (pthread_cond_timedwait(&sw.cond, &sw.mtx, &until) == ETIMEDOUT)
+            break;
+    bool done = sw.done;
+    pthread_mutex_unlock(&sw.mtx);
+    if (!done)
+        fail_msg("srv_transport_stop is held by a peer that does not read its replies");
+    pthread_join(stopper, NULL);
+    close(fd);
+    srv_transport_free(t2);
+}
+
 /* Configuration errors are typed and name no secrets. */
 static void test_transport_config(void **state)
 {
@@ -969,6 +1109,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_request_id_retry),
         cmocka_unit_test(test_stop_finishes_in_flight),
+        cmocka_unit_test(test_unread_replies_do_not_hold_threads),
         cmocka_unit_test(test_transport_config),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -13,7 +13,8 @@
  * Guards proved (each removal fails a test here): the per-call revocation check on cache hits
  * (test_cache), the per-call expiry check on cache hits (test_cache), the cache drop on reload
  * (test_rotation), the capability-only authorize (test_roles_grant_nothing), the "no token"
- * condition of the boundary (test_ipc_boundary).
+ * condition of the boundary (test_ipc_boundary), the saturated WhoAmI expiry
+ * (test_whoami_far_expiry).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -536,6 +537,59 @@ static void test_concurrent_reload(void **state)
     srv_auth_free(auth);
 }
 
+/* WhoAmI through the dispatcher (no database: it reads only the identity). A token whose
+ * signed expiry is far in the future reports a saturated expiry, not a wrapped one.
+ * Guard: the saturation in admin_who_am_i (expires_at * 1000000 overflowed int64). */
+static void test_whoami_far_expiry(void **state)
+{
+    (void)state;
+    srv_auth *auth = auth_new(false, 0);
+    bft_claims c;
+    memset(&c, 0, sizeof c);
+    bft_token_id_new(c.token_id);
+    snprintf(c.actor, sizeof c.actor, "alice@ops");
+    snprintf(c.audience, sizeof c.audience, AUD);
+    c.caps = SRV_CAP_READ;
+    c.expires_at = INT64_MAX - 1;
+    char token[BFT_TOKEN_MAX + 1];
+    assert_int_equal(bft_mint(token, sizeof token, &c, k1), BF_OK);
+
+    srv_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.auth = auth;
+    srv_session session = {.ctx = &ctx};
+    srv_dispatcher *disp = NULL;
+    assert_int_equal(srv_dispatcher_new(&disp, &ctx), BF_OK);
+    assert_int_equal(srv_dispatcher_add(disp, srv_admin_service(), srv_admin_policies()), BF_OK);
+    Buzz__Backfill__V1__RequestEnvelope env = BUZZ__BACKFILL__V1__REQUEST_ENVELOPE__INIT;
+    env.method = "buzz.backfill.v1.Admin.WhoAmI";
+    env.token = token;
+    env.has_body = true; /* an empty WhoAmIRequest */
+    uint8_t in[BFT_TOKEN_MAX + 128];
+    assert_true(buzz__backfill__v1__request_envelope__get_packed_size(&env) <= sizeof in);
+    size_t in_len = buzz__backfill__v1__request_envelope__pack(&env, in);
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    assert_int_equal(
+        srv_dispatch(disp, &session, &tcp_peer, in, in_len, srv_now_us(), &out, &out_len), BF_OK);
+    Buzz__Backfill__V1__ResponseEnvelope *resp =
+        buzz__backfill__v1__response_envelope__unpack(NULL, out_len, out);
+    free(out);
+    assert_non_null(resp);
+    assert_int_equal(resp->status->code, BUZZ__BACKFILL__V1__STATUS_CODE__OK);
+    assert_true(resp->has_body);
+    Buzz__Backfill__V1__WhoAmIResponse *who =
+        buzz__backfill__v1__who_am_iresponse__unpack(NULL, resp->body.len, resp->body.data);
+    assert_non_null(who);
+    assert_string_equal(who->actor, "alice@ops");
+    assert_true(who->has_expires_at_us);
+    assert_true(who->expires_at_us == INT64_MAX);
+    buzz__backfill__v1__who_am_iresponse__free_unpacked(who, NULL);
+    buzz__backfill__v1__response_envelope__free_unpacked(resp, NULL);
+    srv_dispatcher_free(disp);
+    srv_auth_free(auth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +603,7 @@ int main(void)
         cmocka_unit_test_setup(test_ipc_boundary, setup),
         cmocka_unit_test_setup(test_config, setup),
         cmocka_unit_test_setup(test_concurrent_reload, setup),
+        cmocka_unit_test_setup(test_whoami_far_expiry, setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
