@@ -2,10 +2,13 @@
  * buzzctl.c - the operator CLI of buzz-backfill. Every command is one or more calls to the
  * admin or readiness service through the generated stubs (libbuzz-backfill-client); nothing
  * here keeps or infers lifecycle state. Output is a table (or --json, the messages as sent),
- * and unknown values print as unknown.
+ * and unknown values print as unknown. Text from the server is printed only through
+ * bfc_printable() (or the projection, which uses it): no control characters reach the terminal.
+ * The connection is opened by the first call, so usage errors never depend on the server.
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +35,26 @@ enum {
     EXIT_CURRENT_STATE = 9,
 };
 
+#define READY_WAIT_MARGIN_MS 2000 /* budget beyond --wait for the answer to travel back */
+
 typedef struct ctl {
     const char *url;
     char *token;
-    int timeout_ms;
     bool json;
     bool has_request_id;
     uint8_t request_id[BFC_REQUEST_ID_LEN];
-    const char *tls_ca;
-    const char *tls_name;
+    bfc_options bo; /* bo.timeout_ms 0: no --timeout given */
     bfc_client *client;
 } ctl;
+
+/* Server text for a terminal (see bfc_printable); none when the server sent nothing. */
+static const char *text(char *buf, size_t cap, const char *s, const char *none)
+{
+    if (s == NULL)
+        return none;
+    bfc_printable(buf, cap, s);
+    return buf;
+}
 
 static void usage(FILE *f)
 {
@@ -59,7 +71,8 @@ static void usage(FILE *f)
         "  validate ID                        run the definition's read-only validation\n"
         "  audit [ID] [--limit N]             audit trail, newest first\n"
         "  whoami                             the identity the server sees\n"
-        "  ready [--wait SECONDS]             readiness as the relay sees it\n"
+        "  ready [--wait SECONDS]             readiness as the relay sees it; --wait (0..30)\n"
+        "                                     returns early when something changes\n"
         "  token keygen|mint|inspect ...      capability tokens (see 'buzzctl token --help')\n"
         "\n"
         "options:\n"
@@ -68,9 +81,11 @@ static void usage(FILE *f)
         "  -t, --token TOKEN      capability token (default $BUZZ_BACKFILL_TOKEN); not needed\n"
         "                         on an ipc:// listener with boundary authority\n"
         "      --token-file FILE  read the token from FILE\n"
-        "      --timeout MS       budget of one call, retries included (default 10000)\n"
+        "      --timeout MS       budget of one call, retries included (default 10000; for\n"
+        "                         ready --wait: the wait plus 2000)\n"
         "      --request-id HEX   32 hex digits: repeat an earlier control or validate request\n"
-        "                         (e.g. after a lost response) instead of making a new one\n"
+        "                         (e.g. after a lost response) instead of making a new one;\n"
+        "                         every control and validate prints its request id\n"
         "      --tls-ca FILE      CA certificate for tls+tcp://\n"
         "      --tls-server-name NAME  name to verify for tls+tcp://\n"
         "      --json             print the server's messages as JSON\n"
@@ -114,15 +129,38 @@ static int report(const char *what, bf_err err, const bfc_status *st)
         fprintf(stderr, "buzzctl %s: %s%s%s%s%s\n", what, code, same ? "" : ": ",
                 same ? "" : st->message, st->detail[0] ? "\n  " : "", st->detail);
     } else {
-        fprintf(stderr, "buzzctl %s: %s%s%s\n", what, bf_err_str(err),
+        /* bf_err_str(UNAVAILABLE) speaks of the database; here the server did not answer */
+        fprintf(stderr, "buzzctl %s: %s%s%s\n", what,
+                err == BF_ERR_UNAVAILABLE ? "server unavailable" : bf_err_str(err),
                 st->transport_detail[0] ? ": " : "", st->transport_detail);
     }
     return exit_for(err);
 }
 
+/* After a failed control or validate that was sent: its request ID, so that the outcome of a
+ * request whose answer was lost can be learnt by repeating it (--request-id). */
+static void report_request_id(const bfc_status *st)
+{
+    if (st->attempts == 0)
+        return;
+    bool unknown = !st->answered || st->code == BUZZ__BACKFILL__V1__STATUS_CODE__DEADLINE_EXCEEDED;
+    fprintf(stderr, "request id: %s%s\n", st->request_id,
+            unknown ? " (outcome unknown: repeat with --request-id to learn it)" : "");
+}
+
+/* One call; the connection is opened by the first. */
 static bf_err call(ctl *c, const ProtobufCServiceDescriptor *svc, const char *method,
                    const ProtobufCMessage *in, ProtobufCMessage **out, bfc_status *st)
 {
+    if (c->client == NULL) {
+        memset(st, 0, sizeof *st);
+        bf_err err =
+            bfc_open(&c->client, c->url, &c->bo, st->transport_detail, sizeof st->transport_detail);
+        if (err != BF_OK) {
+            st->transport = err;
+            return err;
+        }
+    }
     if (c->has_request_id)
         bfc_set_next_request_id(c->client, c->request_id);
     return bfc_call(c->client, svc, method, in, out, st);
@@ -134,6 +172,7 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b)
 {
     bfc_view v;
     bfc_project(b, &v);
+    char buf[BFC_DETAIL_MAX];
     const Buzz__Backfill__V1__Definition *d = b->definition;
     printf("id:          %s\n", v.id);
     printf("state:       %s%s\n", v.state, v.gating ? "  (gates readiness)" : "");
@@ -147,16 +186,16 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b)
     printf("error:       %s\n", v.error);
     printf("validation:  %s\n", v.validation);
     if (b->last_validation != NULL && b->last_validation->detail != NULL)
-        printf("             %s\n", b->last_validation->detail);
+        printf("             %s\n", text(buf, sizeof buf, b->last_validation->detail, ""));
     printf("updated:     %s\n", v.updated);
     if (d != NULL) {
-        printf("key types:   %s\n", d->key_types ? d->key_types : "unknown");
+        printf("key types:   %s\n", text(buf, sizeof buf, d->key_types, "unknown"));
         if (d->has_batch_size)
             printf("batch size:  %u\n", d->batch_size);
         if (d->description != NULL && d->description[0])
-            printf("description: %s\n", d->description);
+            printf("description: %s\n", text(buf, sizeof buf, d->description, ""));
         if (d->revision != NULL && d->revision[0])
-            printf("revision:    %s\n", d->revision);
+            printf("revision:    %s\n", text(buf, sizeof buf, d->revision, ""));
     }
 }
 
@@ -208,10 +247,9 @@ static int cmd_list(ctl *c, int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if (!c->json)
-        print_row_header();
     char *page = NULL;
     long shown = 0;
+    bool headed = false;
     int rc = EXIT_OK;
     do {
         req.page_token = page;
@@ -229,6 +267,9 @@ static int cmd_list(ctl *c, int argc, char **argv)
             break;
         }
         Buzz__Backfill__V1__ListResponse *resp = (Buzz__Backfill__V1__ListResponse *)out;
+        if (!c->json && !headed)
+            print_row_header();
+        headed = true;
         for (size_t i = 0; i < resp->n_backfills; i++, shown++) {
             if (c->json)
                 print_json(&resp->backfills[i]->base);
@@ -293,6 +334,7 @@ static int cmd_control(ctl *c, int argc, char **argv, const char *method)
         print_json(out);
     if (err != BF_OK) {
         rc = report(argv[0], err, &st);
+        report_request_id(&st);
         if (!c->json && resp != NULL && resp->backfill != NULL) /* a conflict: current state */
             print_detail(resp->backfill);
     } else if (!c->json && resp != NULL) {
@@ -300,10 +342,13 @@ static int cmd_control(ctl *c, int argc, char **argv, const char *method)
             resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED    ? "accepted"
             : resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED ? "converged"
                                                                               : "unknown";
-        printf("%s %s: %s, %s -> %s, generation %" PRId64 "%s\n", argv[0], id, outcome,
+        char gen[24] = "unknown";
+        if (resp->has_generation)
+            snprintf(gen, sizeof gen, "%" PRId64, resp->generation);
+        printf("%s %s: %s, %s -> %s, generation %s%s\n", argv[0], id, outcome,
                bfc_state_name(resp->has_prior_state ? (int)resp->prior_state : 0),
-               bfc_state_name(resp->has_resulting_state ? (int)resp->resulting_state : 0),
-               resp->generation, resp->has_replayed && resp->replayed ? " (replayed)" : "");
+               bfc_state_name(resp->has_resulting_state ? (int)resp->resulting_state : 0), gen,
+               resp->has_replayed && resp->replayed ? " (replayed)" : "");
         printf("request id: %s\n", st.request_id);
     }
     if (out)
@@ -324,6 +369,7 @@ static int cmd_validate(ctl *c, int argc, char **argv)
     bf_err err = call(c, &buzz__backfill__v1__admin__descriptor, "Validate", &req.base, &out, &st);
     if (err != BF_OK) {
         rc = report("validate", err, &st);
+        report_request_id(&st);
     } else {
         Buzz__Backfill__V1__ValidateResponse *resp = (Buzz__Backfill__V1__ValidateResponse *)out;
         if (c->json) {
@@ -333,8 +379,9 @@ static int cmd_validate(ctl *c, int argc, char **argv)
                    bfc_state_name(resp->has_evaluated_state ? (int)resp->evaluated_state : 0),
                    resp->has_completed && resp->completed ? ", completed" : "",
                    resp->has_replayed && resp->replayed ? " (replayed)" : "");
+            char buf[BFC_DETAIL_MAX];
             if (resp->detail != NULL)
-                printf("  %s\n", resp->detail);
+                printf("  %s\n", text(buf, sizeof buf, resp->detail, ""));
             printf("request id: %s\n", st.request_id);
         }
         rc = resp->outcome == BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__SUCCESS ? EXIT_OK
@@ -377,15 +424,18 @@ static int cmd_audit(ctl *c, int argc, char **argv)
                 print_json(&a->base);
                 continue;
             }
-            char gen[24] = "-";
+            char gen[24] = "-", id[BFC_CELL], action[32], actor[128], authority[128];
+            char outcome[BFC_DETAIL_MAX];
             if (a->has_generation)
                 snprintf(gen, sizeof gen, "%" PRId64, a->generation);
             printf("#%-4" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s\n", a->seq,
-                   a->backfill_id ? a->backfill_id : "-", a->action ? a->action : "-",
+                   text(id, sizeof id, a->backfill_id, "-"),
+                   text(action, sizeof action, a->action, "-"),
                    bfc_state_name(a->has_prior_state ? (int)a->prior_state : 0),
                    bfc_state_name(a->has_resulting_state ? (int)a->resulting_state : 0), gen,
-                   a->actor ? a->actor : "", a->actor ? " " : "",
-                   a->authority ? a->authority : "unknown", a->outcome ? a->outcome : "");
+                   text(actor, sizeof actor, a->actor, ""), a->actor ? " " : "",
+                   text(authority, sizeof authority, a->authority, "unknown"),
+                   text(outcome, sizeof outcome, a->outcome, ""));
         }
     }
     if (out)
@@ -406,14 +456,16 @@ static int cmd_whoami(ctl *c, int argc, char **argv)
         print_json(out);
     } else {
         Buzz__Backfill__V1__WhoAmIResponse *r = (Buzz__Backfill__V1__WhoAmIResponse *)out;
-        printf("actor:        %s\n", r->actor && r->actor[0] ? r->actor : "(none)");
-        printf("authority:    %s\n", r->authority ? r->authority : "unknown");
+        char buf[128];
+        printf("actor:        %s\n",
+               text(buf, sizeof buf, r->actor && r->actor[0] ? r->actor : NULL, "(none)"));
+        printf("authority:    %s\n", text(buf, sizeof buf, r->authority, "unknown"));
         printf("capabilities:");
         for (size_t i = 0; i < r->n_capabilities; i++)
-            printf(" %s", r->capabilities[i]);
+            printf(" %s", text(buf, sizeof buf, r->capabilities[i], ""));
         printf("\nroles:       ");
         for (size_t i = 0; i < r->n_roles; i++)
-            printf(" %s", r->roles[i]);
+            printf(" %s", text(buf, sizeof buf, r->roles[i], ""));
         printf("%s\n", r->n_roles ? "  (informational)" : " (none)");
     }
     if (out)
@@ -439,14 +491,19 @@ static int cmd_ready(ctl *c, int argc, char **argv)
     Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        long s = o == 'w' ? strtol(optarg, NULL, 10) : -1;
-        if (s < 0 || s > 30) {
+        char *end = NULL;
+        long s = o == 'w' ? strtol(optarg, &end, 10) : -1;
+        if (s < 0 || s > 30 || end == optarg || *end != '\0') {
             fputs("usage: buzzctl ready [--wait SECONDS (0..30)]\n", stderr);
             return EXIT_USAGE;
         }
         req.has_wait_ms = 1;
         req.wait_ms = (uint32_t)(s * 1000);
     }
+    /* the server never waits past the call's deadline: without --timeout, budget the wait */
+    if (req.has_wait_ms && c->bo.timeout_ms == 0 &&
+        (int)req.wait_ms + READY_WAIT_MARGIN_MS > BFC_DEFAULT_TIMEOUT_MS)
+        c->bo.timeout_ms = (int)req.wait_ms + READY_WAIT_MARGIN_MS;
     ProtobufCMessage *out = NULL;
     bfc_status st;
     bf_err err = call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, &out, &st);
@@ -462,12 +519,13 @@ static int cmd_ready(ctl *c, int argc, char **argv)
                    r->has_ready && r->ready ? "READY" : "NOT READY",
                    r->has_auto_migrate ? (r->auto_migrate ? "on" : "off") : "unknown",
                    r->has_auto_backfill ? (r->auto_backfill ? "on" : "off") : "unknown");
+            char name[32], reason[256], id[BFC_CELL];
             for (size_t i = 0; i < r->n_components; i++)
-                printf("  %-10s %-10s %s\n", r->components[i]->name,
+                printf("  %-10s %-10s %s\n", text(name, sizeof name, r->components[i]->name, "?"),
                        component_status(r->components[i]->status),
-                       r->components[i]->reason ? r->components[i]->reason : "");
+                       text(reason, sizeof reason, r->components[i]->reason, ""));
             for (size_t i = 0; i < r->n_gating; i++)
-                printf("  gating: %s (%s)\n", r->gating[i]->id,
+                printf("  gating: %s (%s)\n", text(id, sizeof id, r->gating[i]->id, "unknown"),
                        r->gating[i]->has_state ? bfc_state_name(r->gating[i]->state)
                                                : "not registered");
         }
@@ -522,7 +580,7 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    ctl c = {.url = getenv("BUZZ_BACKFILL_URL"), .timeout_ms = 0};
+    ctl c = {.url = getenv("BUZZ_BACKFILL_URL")};
     const char *env_token = getenv("BUZZ_BACKFILL_TOKEN");
     c.token = env_token ? strdup(env_token) : NULL;
     int o;
@@ -542,9 +600,17 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
-        case 'o':
-            c.timeout_ms = (int)strtol(optarg, NULL, 10);
+        case 'o': {
+            char *end = NULL;
+            long ms = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || ms < 1 || ms > INT_MAX) {
+                fputs("buzzctl: --timeout needs a positive number of milliseconds\n", stderr);
+                free(c.token);
+                return EXIT_USAGE;
+            }
+            c.bo.timeout_ms = (int)ms;
             break;
+        }
         case 'r':
             if (parse_request_id(optarg, c.request_id) != 0) {
                 fputs("buzzctl: --request-id needs 32 hex digits\n", stderr);
@@ -553,10 +619,10 @@ int main(int argc, char **argv)
             c.has_request_id = true;
             break;
         case 'c':
-            c.tls_ca = optarg;
+            c.bo.tls_ca_file = optarg;
             break;
         case 'n':
-            c.tls_name = optarg;
+            c.bo.tls_server_name = optarg;
             break;
         case 'j':
             c.json = true;
@@ -584,18 +650,9 @@ int main(int argc, char **argv)
         const char *method;
     } controls[] = {
         {"start", "Start"}, {"pause", "Pause"}, {"resume", "Resume"}, {"retry", "Retry"}};
-    bfc_options bo = {.token = c.token,
-                      .timeout_ms = c.timeout_ms,
-                      .tls_ca_file = c.tls_ca,
-                      .tls_server_name = c.tls_name};
+    c.bo.token = c.token;
     if (strcmp(sub[0], "ready") == 0)
-        bo.retries = -1; /* a readiness wait is one long attempt */
-    char diag[160] = "";
-    if (bfc_open(&c.client, c.url, &bo, diag, sizeof diag) != BF_OK) {
-        fprintf(stderr, "buzzctl: cannot reach %s: %s\n", c.url, diag);
-        free(c.token);
-        return EXIT_UNAVAILABLE;
-    }
+        c.bo.retries = -1; /* a readiness wait is one long attempt */
     /* subcommand options are parsed from sub[1] on; 0 (not 1) makes getopt reinitialise, so
      * the "+" (stop at the first operand) of the global options does not carry over and
      * "audit ID --limit N" sees its --limit */

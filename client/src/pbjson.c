@@ -7,16 +7,28 @@
 
 #include <sodium.h>
 
+#include "projection.h"
+
+/* A JSON string: control characters (C0, DEL, C1) escaped, bytes that are not UTF-8 replaced
+ * by U+FFFD, so the output is valid JSON and safe on a terminal whatever the server sent. */
 static void json_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
-        if (*p == '"' || *p == '\\')
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p != '\0') {
+        bool control = false;
+        size_t n = bfc_utf8_char(p, &control);
+        if (n == 0) {
+            fputs("\\ufffd", out);
+            n = 1;
+        } else if (control) {
+            fprintf(out, "\\u%04x", n == 1 ? p[0] : p[1]); /* C1: U+0080..U+009F is C2 80..9F */
+        } else if (*p == '"' || *p == '\\') {
             fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
+        } else {
+            fwrite(p, 1, n, out);
+        }
+        p += n;
     }
     fputc('"', out);
 }

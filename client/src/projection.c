@@ -29,6 +29,57 @@ const char *bfc_outcome_name(int outcome)
     }
 }
 
+static bool utf8_cont(unsigned char c)
+{
+    return (c & 0xc0) == 0x80;
+}
+
+size_t bfc_utf8_char(const unsigned char *p, bool *control)
+{
+    unsigned char c = p[0];
+    *control = false;
+    if (c < 0x80) {
+        *control = c < 0x20 || c == 0x7f;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf && utf8_cont(p[1])) {
+        *control = c == 0xc2 && p[1] < 0xa0; /* U+0080..U+009F */
+        return 2;
+    }
+    if (c >= 0xe0 && c <= 0xef && utf8_cont(p[1]) && utf8_cont(p[2]) &&
+        (c != 0xe0 || p[1] >= 0xa0) && (c != 0xed || p[1] < 0xa0)) /* overlong, surrogate */
+        return 3;
+    if (c >= 0xf0 && c <= 0xf4 && utf8_cont(p[1]) && utf8_cont(p[2]) && utf8_cont(p[3]) &&
+        (c != 0xf0 || p[1] >= 0x90) && (c != 0xf4 || p[1] < 0x90))
+        return 4;
+    return 0;
+}
+
+void bfc_printable(char *dst, size_t cap, const char *src)
+{
+    if (dst == NULL || cap == 0)
+        return;
+    const unsigned char *p = (const unsigned char *)(src ? src : "");
+    size_t o = 0;
+    while (*p != '\0') {
+        bool control = false;
+        size_t n = bfc_utf8_char(p, &control);
+        if (n == 0 || control) {
+            if (o + 1 >= cap)
+                break;
+            dst[o++] = '?';
+            p += n ? n : 1;
+            continue;
+        }
+        if (o + n >= cap)
+            break;
+        memcpy(dst + o, p, n);
+        o += n;
+        p += n;
+    }
+    dst[o] = '\0';
+}
+
 void bfc_format_count(char *buf, size_t cap, int64_t n)
 {
     char digits[32];
@@ -132,27 +183,29 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     const Buzz__Backfill__V1__Times *t = b->times;
     bool has_now = t != NULL && t->has_observed_at_us;
     int64_t now = has_now ? t->observed_at_us : 0;
-    snprintf(v->id, sizeof v->id, "%s", b->id ? b->id : "unknown");
+    bfc_printable(v->id, sizeof v->id, b->id ? b->id : "unknown");
     snprintf(v->state, sizeof v->state, "%s", bfc_state_name(b->has_state ? (int)b->state : 0));
     project_progress(b, v);
-    snprintf(v->checkpoint, sizeof v->checkpoint, "%s", b->checkpoint ? b->checkpoint : "-");
+    bfc_printable(v->checkpoint, sizeof v->checkpoint, b->checkpoint ? b->checkpoint : "-");
     if (b->has_bound_empty && b->bound_empty)
         snprintf(v->bound, sizeof v->bound, "(empty)");
     else
-        snprintf(v->bound, sizeof v->bound, "%s", b->bound ? b->bound : "-");
+        bfc_printable(v->bound, sizeof v->bound, b->bound ? b->bound : "-");
     if (b->has_generation)
         snprintf(v->generation, sizeof v->generation, "%" PRId64, b->generation);
     else
         snprintf(v->generation, sizeof v->generation, "unknown");
     const Buzz__Backfill__V1__Claim *c = b->claim;
+    char owner[49];
+    bfc_printable(owner, sizeof owner, c ? c->owner : NULL);
     if (c == NULL || c->owner == NULL) {
         snprintf(v->claim, sizeof v->claim, "none");
     } else if (c->has_valid && c->valid && c->has_expires_at_us && has_now) {
         char d[24];
         bfc_format_duration(d, sizeof d, c->expires_at_us - now);
-        snprintf(v->claim, sizeof v->claim, "%.48s (%s left)", c->owner, d);
+        snprintf(v->claim, sizeof v->claim, "%s (%s left)", owner, d);
     } else {
-        snprintf(v->claim, sizeof v->claim, "%.48s (%s)", c->owner,
+        snprintf(v->claim, sizeof v->claim, "%s (%s)", owner,
                  c->has_valid ? "expired" : "validity unknown");
     }
     const Buzz__Backfill__V1__Retry *r = b->retry;
@@ -166,11 +219,14 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         snprintf(v->retry, sizeof v->retry, "attempt %u", r->attempts);
     }
     const Buzz__Backfill__V1__Diagnostic *e = b->error;
-    if (e == NULL || (e->error_class == NULL && e->detail == NULL))
+    if (e == NULL || (e->error_class == NULL && e->detail == NULL)) {
         snprintf(v->error, sizeof v->error, "-");
-    else
-        snprintf(v->error, sizeof v->error, "%s: %.80s", e->error_class ? e->error_class : "error",
+    } else {
+        char raw[128];
+        snprintf(raw, sizeof raw, "%.31s: %.80s", e->error_class ? e->error_class : "error",
                  e->detail ? e->detail : "");
+        bfc_printable(v->error, sizeof v->error, raw);
+    }
     const Buzz__Backfill__V1__Validation *val = b->last_validation;
     if (val == NULL || !val->has_outcome) {
         snprintf(v->validation, sizeof v->validation, "never");

@@ -40,6 +40,14 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *out);
 const char *bfc_state_name(int state);
 const char *bfc_outcome_name(int outcome);
 
+/* Server text made safe for a terminal: at most cap - 1 bytes, cut on a character boundary;
+ * control characters (C0, DEL, C1) and bytes that are not UTF-8 become '?'. src NULL gives "".
+ * Every string from a response goes through this (or bfc_project) before it is printed. */
+void bfc_printable(char *dst, size_t cap, const char *src);
+/* Length of the UTF-8 character at p (1..4), 0 when p does not start a valid one; *control
+ * tells whether it is a C0, DEL or C1 control character. */
+size_t bfc_utf8_char(const unsigned char *p, bool *control);
+
 /* "1.5s", "3m", "2h05m", "4d"; "unknown" for negative input. */
 void bfc_format_duration(char *buf, size_t cap, int64_t us);
 /* 1234567 -> "1,234,567" */

@@ -1,0 +1,453 @@
+/*
+ * test_buzzctl.c - the buzzctl binary against a scripted server: a bare nng REP socket in this
+ * process that receives buzzctl's request envelope, checks it, and answers (or does not) with
+ * a response written here. No daemon and no PostgreSQL: what is tested is what buzzctl sends
+ * and prints.
+ *
+ * Guards proved (each removal fails a test here):
+ * - test_lost_answer_prints_request_id: report_request_id() after a failed control; without it
+ *   an operator whose answer was lost cannot learn the outcome with --request-id.
+ * - test_server_text_is_made_printable: bfc_printable() in the projection and in every direct
+ *   print of server text, and the escaping of pbjson; without them a server (or anyone who got
+ *   a string into a stored backfill or audit row) writes terminal control sequences.
+ * - test_ready_wait_gets_its_budget: the timeout raised for ready --wait; without it the server
+ *   is told to give up after the default 10 s whatever --wait says.
+ * - test_usage_errors_need_no_server: the connection opened by the first call; without it a
+ *   usage error is reported as "server unavailable" (exit 6) when no server runs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <sodium.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+#include "buzz/backfill/v1/readiness.pb-c.h"
+#include "buzz/backfill/v1/rpc.pb-c.h"
+
+#define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
+
+static char dir[64];
+static int case_no;
+
+/* ---- running buzzctl ---------------------------------------------------------------------- */
+
+typedef struct ctl_run {
+    pid_t pid;
+    char out_path[128], err_path[128];
+    char *out, *err; /* after ctl_finish */
+    int status;      /* exit code */
+} ctl_run;
+
+static void ctl_start(ctl_run *r, const char *const *args)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->out_path, sizeof r->out_path, "%s/out.%d", dir, case_no);
+    snprintf(r->err_path, sizeof r->err_path, "%s/err.%d", dir, case_no);
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)BUZZCTL_PATH;
+    for (; args[n - 1] != NULL && n < 31; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    r->pid = fork();
+    assert_true(r->pid >= 0);
+    if (r->pid == 0) {
+        int out = open(r->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(r->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+            _exit(126);
+        unsetenv("BUZZ_BACKFILL_URL");
+        unsetenv("BUZZ_BACKFILL_TOKEN");
+        execv(argv[0], argv);
+        _exit(127);
+    }
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 20);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void ctl_finish(ctl_run *r)
+{
+    int st = 0;
+    assert_int_equal(waitpid(r->pid, &st, 0), r->pid);
+    assert_true(WIFEXITED(st));
+    r->status = WEXITSTATUS(st);
+    r->out = slurp(r->out_path);
+    r->err = slurp(r->err_path);
+    case_no++;
+}
+
+static void ctl_free(ctl_run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* Run buzzctl to completion (no server involved). */
+static void ctl_run_all(ctl_run *r, const char *const *args)
+{
+    ctl_start(r, args);
+    ctl_finish(r);
+}
+
+/* ---- the scripted server ------------------------------------------------------------------ */
+
+typedef struct fake {
+    nng_socket sock;
+    char url[160];
+} fake;
+
+static void fake_open(fake *f)
+{
+    snprintf(f->url, sizeof f->url, "ipc://%s/srv.%d", dir, case_no);
+    assert_int_equal(nng_rep0_open(&f->sock), 0);
+    assert_int_equal(nng_socket_set_ms(f->sock, NNG_OPT_RECVTIMEO, 20000), 0);
+    assert_int_equal(nng_listen(f->sock, f->url, NULL, 0), 0);
+}
+
+static void fake_close(fake *f)
+{
+    nng_close(f->sock);
+}
+
+/* The next request envelope (caller frees). */
+static Buzz__Backfill__V1__RequestEnvelope *fake_recv(fake *f)
+{
+    nng_msg *m = NULL;
+    assert_int_equal(nng_recvmsg(f->sock, &m, 0), 0);
+    Buzz__Backfill__V1__RequestEnvelope *env =
+        buzz__backfill__v1__request_envelope__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+    nng_msg_free(m);
+    assert_non_null(env);
+    return env;
+}
+
+/* Answer env with code and body (may be NULL). */
+static void fake_answer(fake *f, const Buzz__Backfill__V1__RequestEnvelope *env, int code,
+                        const ProtobufCMessage *body)
+{
+    Buzz__Backfill__V1__Status status = BUZZ__BACKFILL__V1__STATUS__INIT;
+    status.code = code;
+    Buzz__Backfill__V1__ResponseEnvelope resp = BUZZ__BACKFILL__V1__RESPONSE_ENVELOPE__INIT;
+    resp.status = &status;
+    uint8_t *packed = NULL;
+    if (body != NULL) {
+        packed = malloc(protobuf_c_message_get_packed_size(body) + 1);
+        assert_non_null(packed);
+        resp.has_body = true;
+        resp.body.len = protobuf_c_message_pack(body, packed);
+        resp.body.data = packed;
+    }
+    resp.has_request_id = env->has_request_id;
+    resp.request_id = env->request_id;
+    nng_msg *m = NULL;
+    assert_int_equal(
+        nng_msg_alloc(&m, buzz__backfill__v1__response_envelope__get_packed_size(&resp)), 0);
+    buzz__backfill__v1__response_envelope__pack(&resp, nng_msg_body(m));
+    assert_int_equal(nng_sendmsg(f->sock, m, 0), 0);
+    free(packed);
+}
+
+/* Bytes a terminal would act on: C0 controls but newline, DEL, raw C1 bytes, UTF-8 C1. */
+static void assert_printable(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\n')
+            continue;
+        if (*p < 0x20 || *p == 0x7f ||
+            (*p >= 0x80 && *p <= 0x9f && (p == (const unsigned char *)s || p[-1] < 0xc2)))
+            fail_msg("control byte 0x%02x at offset %td in:\n%s", *p, (const char *)p - s, s);
+        if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            fail_msg("C1 control U+00%02X at offset %td", p[1], (const char *)p - s);
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+/* A control whose answer never comes: exit 6, and stderr names the request ID the server
+ * received, so the operator can repeat it with --request-id. */
+static void test_lost_answer_prints_request_id(void **state)
+{
+    (void)state;
+    fake f;
+    fake_open(&f);
+    ctl_run r;
+    const char *args[] = {"--url", f.url, "--timeout", "600", "pause", "demo.items_v1", NULL};
+    ctl_start(&r, args);
+    Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f); /* and never answered */
+    assert_string_equal(env->method, "buzz.backfill.v1.Admin.Pause");
+    assert_true(env->has_request_id);
+    assert_int_equal(env->request_id.len, 16);
+    char hex[33];
+    sodium_bin2hex(hex, sizeof hex, env->request_id.data, env->request_id.len);
+    buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+    ctl_finish(&r);
+    fake_close(&f);
+
+    assert_int_equal(r.status, 6);
+    char want[80];
+    snprintf(want, sizeof want, "request id: %s", hex);
+    if (strstr(r.err, want) == NULL)
+        fail_msg("stderr does not name the request id %s:\n%s", hex, r.err);
+
+    /* repeating it with --request-id sends the same ID */
+    fake_open(&f);
+    const char *again[] = {"--url", f.url, "--request-id", hex, "pause", "demo.items_v1", NULL};
+    ctl_start(&r, again);
+    env = fake_recv(&f);
+    char hex2[33];
+    sodium_bin2hex(hex2, sizeof hex2, env->request_id.data, env->request_id.len);
+    assert_string_equal(hex2, hex);
+    Buzz__Backfill__V1__ControlResponse cr = BUZZ__BACKFILL__V1__CONTROL_RESPONSE__INIT;
+    cr.has_outcome = true;
+    cr.outcome = BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED;
+    cr.has_prior_state = cr.has_resulting_state = true;
+    cr.prior_state = BUZZ__BACKFILL__V1__STATE__RUNNING;
+    cr.resulting_state = BUZZ__BACKFILL__V1__STATE__PAUSED;
+    cr.has_generation = true;
+    cr.generation = 2;
+    cr.has_replayed = true;
+    cr.replayed = true;
+    fake_answer(&f, env, SC(OK), &cr.base);
+    buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+    ctl_free(&r);
+    ctl_finish(&r);
+    fake_close(&f);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "accepted, running -> paused, generation 2 (replayed)"));
+    assert_non_null(strstr(r.out, hex));
+    ctl_free(&r);
+}
+
+#define EVIL_ESC "\x1b]0;owned\x07\x1b[2J"
+#define EVIL_C1                                                                                    \
+    "\xc2\x9b"                                                                                     \
+    "31m" /* U+009B, CSI */
+#define EVIL_RAW                                                                                   \
+    "\x9b"                                                                                         \
+    "1m" /* a C1 byte that is not UTF-8 */
+
+/* get, audit, validate and ready print server strings full of control sequences: the
+ * terminal receives none of them, in the table and in --json. */
+static void test_server_text_is_made_printable(void **state)
+{
+    (void)state;
+    Buzz__Backfill__V1__Definition def = BUZZ__BACKFILL__V1__DEFINITION__INIT;
+    def.description = "desc " EVIL_ESC;
+    def.revision = "rev " EVIL_C1;
+    def.key_types = "bigint" EVIL_RAW;
+    Buzz__Backfill__V1__Claim claim = BUZZ__BACKFILL__V1__CLAIM__INIT;
+    claim.owner = "host:1:w1" EVIL_ESC;
+    Buzz__Backfill__V1__Diagnostic diag = BUZZ__BACKFILL__V1__DIAGNOSTIC__INIT;
+    diag.error_class = "retryable" EVIL_C1;
+    diag.detail = "detail " EVIL_ESC EVIL_RAW;
+    Buzz__Backfill__V1__Validation val = BUZZ__BACKFILL__V1__VALIDATION__INIT;
+    val.has_outcome = true;
+    val.outcome = BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__FAILURE;
+    val.detail = "validation " EVIL_ESC;
+    Buzz__Backfill__V1__Backfill b = BUZZ__BACKFILL__V1__BACKFILL__INIT;
+    b.id = "demo.items_v1" EVIL_ESC;
+    b.has_state = true;
+    b.state = BUZZ__BACKFILL__V1__STATE__RUNNING;
+    b.definition = &def;
+    b.bound = "(100)" EVIL_C1;
+    b.checkpoint = "(42)" EVIL_ESC;
+    b.claim = &claim;
+    b.error = &diag;
+    b.last_validation = &val;
+    Buzz__Backfill__V1__GetResponse get = BUZZ__BACKFILL__V1__GET_RESPONSE__INIT;
+    get.backfill = &b;
+
+    Buzz__Backfill__V1__AuditEntry entry = BUZZ__BACKFILL__V1__AUDIT_ENTRY__INIT;
+    entry.has_seq = true;
+    entry.seq = 7;
+    entry.backfill_id = "x" EVIL_ESC;
+    entry.action = "pause" EVIL_C1;
+    entry.actor = "mallory" EVIL_ESC;
+    entry.authority = "token kid=k1" EVIL_RAW;
+    entry.outcome = "rejected: " EVIL_ESC;
+    Buzz__Backfill__V1__AuditEntry *entries[] = {&entry};
+    Buzz__Backfill__V1__AuditResponse audit = BUZZ__BACKFILL__V1__AUDIT_RESPONSE__INIT;
+    audit.n_entries = 1;
+    audit.entries = entries;
+
+    Buzz__Backfill__V1__ValidateResponse vr = BUZZ__BACKFILL__V1__VALIDATE_RESPONSE__INIT;
+    vr.has_outcome = true;
+    vr.outcome = BUZZ__BACKFILL__V1__VALIDATION_OUTCOME__FAILURE;
+    vr.detail = "rows differ " EVIL_ESC;
+
+    Buzz__Backfill__V1__Component comp = BUZZ__BACKFILL__V1__COMPONENT__INIT;
+    comp.name = "database" EVIL_C1;
+    comp.has_status = true;
+    comp.status = BUZZ__BACKFILL__V1__COMPONENT_STATUS__NOT_READY;
+    comp.reason = "reason " EVIL_ESC;
+    Buzz__Backfill__V1__Component *comps[] = {&comp};
+    Buzz__Backfill__V1__GatingBackfill gate = BUZZ__BACKFILL__V1__GATING_BACKFILL__INIT;
+    gate.id = "gate" EVIL_ESC;
+    Buzz__Backfill__V1__GatingBackfill *gates[] = {&gate};
+    Buzz__Backfill__V1__CheckResponse check = BUZZ__BACKFILL__V1__CHECK_RESPONSE__INIT;
+    check.has_ready = true;
+    check.n_components = 1;
+    check.components = comps;
+    check.n_gating = 1;
+    check.gating = gates;
+
+    const struct {
+        const char *cmd[3];
+        bool json;
+        const ProtobufCMessage *answer;
+        int exit_code;
+    } cases[] = {
+        {{"get", "demo.items_v1", NULL}, false, &get.base, 0},
+        {{"get", "demo.items_v1", NULL}, true, &get.base, 0},
+        {{"audit", NULL, NULL}, false, &audit.base, 0},
+        {{"audit", NULL, NULL}, true, &audit.base, 0},
+        {{"validate", "demo.items_v1", NULL}, false, &vr.base, 7},
+        {{"ready", NULL, NULL}, false, &check.base, 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake f;
+        fake_open(&f);
+        const char *args[10];
+        int n = 0;
+        args[n++] = "--url";
+        args[n++] = f.url;
+        if (cases[i].json)
+            args[n++] = "--json";
+        for (int k = 0; k < 3 && cases[i].cmd[k] != NULL; k++)
+            args[n++] = cases[i].cmd[k];
+        args[n] = NULL;
+        ctl_run r;
+        ctl_start(&r, args);
+        Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
+        fake_answer(&f, env, SC(OK), cases[i].answer);
+        buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+        ctl_finish(&r);
+        fake_close(&f);
+        if (r.status != cases[i].exit_code)
+            fail_msg("case %zu: exit %d, stderr: %s", i, r.status, r.err);
+        assert_printable(r.out);
+        assert_printable(r.err);
+        /* the text around the sequences is still shown */
+        const char *want = i < 2 ? "(42)" : i < 4 ? "mallory" : i == 4 ? "rows differ" : "reason";
+        if (strstr(r.out, want) == NULL)
+            fail_msg("case %zu: %s missing from:\n%s", i, want, r.out);
+        if (cases[i].json)
+            assert_non_null(strstr(r.out, "\\u001b]0;owned\\u0007"));
+        ctl_free(&r);
+    }
+}
+
+/* ready --wait 20 without --timeout: the request asks for the wait, and its deadline leaves
+ * the server the whole of it. */
+static void test_ready_wait_gets_its_budget(void **state)
+{
+    (void)state;
+    fake f;
+    fake_open(&f);
+    ctl_run r;
+    const char *args[] = {"--url", f.url, "ready", "--wait", "20", NULL};
+    ctl_start(&r, args);
+    Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
+    assert_string_equal(env->method, "buzz.backfill.v1.Readiness.Check");
+    Buzz__Backfill__V1__CheckRequest *req =
+        buzz__backfill__v1__check_request__unpack(NULL, env->body.len, env->body.data);
+    assert_non_null(req);
+    assert_true(req->has_wait_ms);
+    assert_int_equal(req->wait_ms, 20000);
+    buzz__backfill__v1__check_request__free_unpacked(req, NULL);
+    assert_true(env->has_deadline_ms);
+    if (env->deadline_ms <= 20000)
+        fail_msg("deadline %u ms leaves no room for a 20 s wait", env->deadline_ms);
+    Buzz__Backfill__V1__CheckResponse check = BUZZ__BACKFILL__V1__CHECK_RESPONSE__INIT;
+    check.has_ready = true;
+    check.ready = true;
+    fake_answer(&f, env, SC(OK), &check.base);
+    buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+    ctl_finish(&r);
+    fake_close(&f);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "READY"));
+    ctl_free(&r);
+}
+
+/* Usage errors are reported as such (exit 2) whether or not a server answers. */
+static void test_usage_errors_need_no_server(void **state)
+{
+    (void)state;
+    char url[128];
+    snprintf(url, sizeof url, "ipc://%s/nobody-listens", dir);
+    const char *const cases[][6] = {
+        {"--url", url, "frobnicate", NULL},
+        {"--url", url, "list", "--limit", "x", NULL},
+        {"--url", url, "ready", "--wait", "31", NULL},
+        {"--url", url, "get", NULL},
+        {"--url", url, "--timeout", "abc", "list", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ctl_run r;
+        ctl_run_all(&r, cases[i]);
+        if (r.status != 2)
+            fail_msg("case %zu: exit %d, stderr: %s", i, r.status, r.err);
+        ctl_free(&r);
+    }
+    /* and an absent server is exit 6, named as the server */
+    const char *args[] = {"--url", url, "list", NULL};
+    ctl_run r;
+    ctl_run_all(&r, args);
+    assert_int_equal(r.status, 6);
+    assert_non_null(strstr(r.err, "server unavailable"));
+    assert_null(strstr(r.out, "STATE")); /* no table header for a table that never came */
+    ctl_free(&r);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    assert_true(sodium_init() >= 0);
+    snprintf(dir, sizeof dir, "/tmp/buzz-ctl-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lost_answer_prints_request_id),
+        cmocka_unit_test(test_server_text_is_made_printable),
+        cmocka_unit_test(test_ready_wait_gets_its_budget),
+        cmocka_unit_test(test_usage_errors_need_no_server),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
