@@ -357,6 +357,16 @@ static char *compile_batch_last(const bf_definition *d)
     return bf_strbuf_take(&sb);
 }
 
+/* The key's column names as a name[] literal. Elements are quoted: an unquoted element spelled
+ * "null" would read as a NULL (ident_valid admits no character that needs escaping). */
+static void add_key_names(bf_strbuf *sb, const bf_definition *d)
+{
+    bf_strbuf_add(sb, "'{");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(sb, "%s\"%s\"", i ? "," : "", d->key[i].name);
+    bf_strbuf_add(sb, "}'::name[]");
+}
+
 /* NULL without the table; 'nullable' when a key column may be NULL (a NULL key is never
  * selected, and a NULL greatest key would capture a bound that admits no row, so validation
  * would pass over unrepaired rows); else 'unique' when a valid, non-partial unique index on
@@ -373,20 +383,18 @@ static char *compile_unique(const bf_definition *d)
                        " WHERE a.attrelid = to_regclass('");
     add_table(&sb, d->table);
     bf_strbuf_add(&sb, "') AND a.attnum > 0 AND NOT a.attisdropped AND NOT a.attnotnull"
-                       " AND a.attname = ANY ('{");
-    for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "%s%s", i ? "," : "", d->key[i].name);
-    bf_strbuf_add(&sb, "}'::name[])) THEN 'nullable' WHEN EXISTS (SELECT 1 FROM pg_index i"
+                       " AND a.attname = ANY (");
+    add_key_names(&sb, d);
+    bf_strbuf_add(&sb, ")) THEN 'nullable' WHEN EXISTS (SELECT 1 FROM pg_index i"
                        " WHERE i.indrelid = to_regclass('");
     add_table(&sb, d->table);
     bf_strbuf_add(&sb, "') AND i.indisunique AND i.indisvalid AND i.indpred IS NULL"
                        " AND i.indexprs IS NULL AND NOT EXISTS (SELECT 1"
                        " FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)"
                        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-                       " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL ('{");
-    for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "%s%s", i ? "," : "", d->key[i].name);
-    bf_strbuf_add(&sb, "}'::name[]))) THEN 'unique' ELSE 'not unique' END");
+                       " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL (");
+    add_key_names(&sb, d);
+    bf_strbuf_add(&sb, "))) THEN 'unique' ELSE 'not unique' END");
     return bf_strbuf_take(&sb);
 }
 

@@ -9,7 +9,7 @@
  * disposition (failed, error_class batch_bound) instead of widening the batch; a declarative
  * definition over a key that is not unique (whose key range could hold more rows than the
  * batch's keys) is refused at start, and blocks before its first batch when its unique index
- * disappears after start.
+ * disappears after start; likewise a key column that may be NULL, even under a unique index.
  *
  * Guards proved (removing any one of them fails this test):
  *   - the LIMIT of the keyset selection, registry.c add_keyset ("LIMIT $n"), with the bound
@@ -21,6 +21,12 @@
  *   - the unique-key check (backfill.c bf__key_unique, called by actions.c action_start and
  *     worker.c step_prerequisite): a key a unique index does not cover is refused at start and
  *     blocks a claim, so a batch's key range cannot hold more rows than its keys;
+ *   - the NOT NULL requirement on the ordering key (registry.c compile_unique's 'nullable'
+ *     verdict, reported by backfill.c bf__key_unique): a unique index admits any number of
+ *     NULL keys, which no keyset batch selects and which the captured bound cannot place, so a
+ *     nullable key column is refused at start with a diagnostic that says NOT NULL, and blocks
+ *     a claim when the constraint is dropped after start; the column names in that check are
+ *     quoted (registry.c add_key_names), so a key column named "null" is checked too;
  *   - the row budget of bf_txn_exec (txn.c txn_run: "rows > txn->limit - txn->touched");
  *   - the per-batch statement timeout (worker.c batch_declarative "SET LOCAL
  *     statement_timeout", engine.c bf__set_local_timeouts for callbacks): without it a blocked
@@ -149,8 +155,42 @@ static const bf_definition uniq_def = {
     .update_set = "fixed = t.val * 2, counter = t.counter + 1",
 };
 
-static const bf_definition *const defs[] = {&bounded_def, &ties_def, &slow_def, &slow_cb_def,
-                                            &over_def,    &dup_def,  &uniq_def};
+/* operator error: a unique index covers the key, but the column admits NULL keys */
+static const bf_definition nullkey_def = {
+    .id = "bounded.nullkey_v1",
+    .table = "bb_nullkey",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+};
+
+/* NOT NULL at start, dropped afterwards */
+static const bf_definition nulllater_def = {
+    .id = "bounded.nulllater_v1",
+    .table = "bb_nulllater",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+};
+
+/* a key column named "null", nullable; another column's primary key is the only unique index */
+static const bf_definition nullname_def = {
+    .id = "bounded.nullname_v1",
+    .table = "bb_nullname",
+    .key = {{"null", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = 1",
+};
+
+static const bf_definition *const defs[] = {&bounded_def,   &ties_def,    &slow_def, &slow_cb_def,
+                                            &over_def,      &dup_def,     &uniq_def, &nullkey_def,
+                                            &nulllater_def, &nullname_def};
 #define NDEFS (sizeof defs / sizeof defs[0])
 
 static bf_registry *reg;
@@ -467,6 +507,80 @@ static void test_declarative_beyond_bound(void **state)
     bf_engine_close(we);
 }
 
+/* Guard: the NOT NULL requirement on the ordering key (registry.c compile_unique 'nullable',
+ * backfill.c bf__key_unique). Without it the unique index alone would let start capture a
+ * bound over a key whose NULL rows no batch ever selects. */
+static void test_nullable_key_refused(void **state)
+{
+    (void)state;
+    /* unique index on a nullable column; two rows without a key, which the index allows */
+    bt_exec(conn, "CREATE TABLE bb_nullkey (id bigint, val integer NOT NULL,"
+                  " fixed integer, counter integer NOT NULL DEFAULT 0);"
+                  "CREATE UNIQUE INDEX bb_nullkey_id ON bb_nullkey (id);"
+                  "INSERT INTO bb_nullkey (id, val) SELECT g, g FROM generate_series(1, 50) g;"
+                  "INSERT INTO bb_nullkey (id, val) VALUES (NULL, 51), (NULL, 52)");
+    bf_actor who = {.actor = "test-operator", .authority = "test"};
+    bf_action_result res;
+    assert_int_equal(bf_action_apply(admin, BF_ACTION_START, "bounded.nullkey_v1", &who, &res),
+                     BF_ERR_DEFINITION);
+    assert_non_null(strstr(bf_engine_diag(admin), "NOT NULL"));
+    bf_backfill row = bt_get(admin, "bounded.nullkey_v1");
+    assert_int_equal(row.state, BF_STATE_PENDING);
+    assert_false(row.has_bound);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM buzz_backfill.audit WHERE backfill_id ="
+                                  " 'bounded.nullkey_v1' AND action = 'start'"
+                                  " AND outcome LIKE 'rejected%%'"),
+                     1);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM bb_nullkey WHERE fixed IS NULL AND counter = 0"), 52);
+
+    /* declaring the column NOT NULL (after removing the keyless rows) is the remedy */
+    bt_exec(conn, "DELETE FROM bb_nullkey WHERE id IS NULL;"
+                  "ALTER TABLE bb_nullkey ALTER COLUMN id SET NOT NULL");
+    start("bounded.nullkey_v1");
+
+    /* NOT NULL at start, dropped afterwards: the next claim blocks before any batch */
+    bt_exec(conn, "CREATE TABLE bb_nulllater (id bigint NOT NULL, val integer NOT NULL,"
+                  " fixed integer, counter integer NOT NULL DEFAULT 0);"
+                  "CREATE UNIQUE INDEX bb_nulllater_id ON bb_nulllater (id);"
+                  "INSERT INTO bb_nulllater (id, val) SELECT g, g FROM generate_series(1, 50) g");
+    start("bounded.nulllater_v1");
+    bt_exec(conn, "ALTER TABLE bb_nulllater ALTER COLUMN id DROP NOT NULL");
+    bf_engine *we = bt_engine(reg, "worker", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "bounded.nulllater_v1", NULL), BF_OK);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    row = bt_get(admin, "bounded.nulllater_v1");
+    assert_int_equal(row.state, BF_STATE_BLOCKED);
+    assert_string_equal(row.error_class, "prerequisite");
+    assert_non_null(strstr(row.error_detail, "NOT NULL"));
+    assert_false(row.has_checkpoint);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM bb_nulllater WHERE fixed IS NULL AND counter = 0"), 50);
+    bf_worker_free(w);
+    bf_engine_close(we);
+
+    /* Guard: the quoted column names of compile_unique (add_key_names). Unquoted, a key column
+     * named "null" reads as a NULL array element: it is never found nullable, and any unique
+     * index of the table (here the primary key on pk) seems to cover it. */
+    bt_exec(conn, "CREATE TABLE bb_nullname (pk bigint PRIMARY KEY, \"null\" bigint,"
+                  " fixed integer);"
+                  "INSERT INTO bb_nullname (pk, \"null\") SELECT g, g %% 5 FROM"
+                  " generate_series(1, 50) g");
+    assert_int_equal(bf_action_apply(admin, BF_ACTION_START, "bounded.nullname_v1", &who, &res),
+                     BF_ERR_DEFINITION);
+    assert_non_null(strstr(bf_engine_diag(admin), "NOT NULL"));
+    /* NOT NULL but still not unique (ties on every value): refused as not unique */
+    bt_exec(conn, "ALTER TABLE bb_nullname ALTER COLUMN \"null\" SET NOT NULL");
+    assert_int_equal(bf_action_apply(admin, BF_ACTION_START, "bounded.nullname_v1", &who, &res),
+                     BF_ERR_DEFINITION);
+    assert_non_null(strstr(bf_engine_diag(admin), "not unique"));
+    assert_int_equal(bt_get(admin, "bounded.nullname_v1").state, BF_STATE_PENDING);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_timeout_callback),
         cmocka_unit_test(test_callback_beyond_bound),
         cmocka_unit_test(test_declarative_beyond_bound),
+        cmocka_unit_test(test_nullable_key_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

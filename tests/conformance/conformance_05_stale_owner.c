@@ -18,7 +18,13 @@
  *   - worker.c worker_transition, the fenced (generation, owner, live claim, lifecycle)
  *     statement by which a worker completes a validating row (case stale validator);
  *   - validate.c validate_record's generation fence on the completion driven by an explicit
- *     validation (case stale explicit validation).
+ *     validation (case stale explicit validation);
+ *   - worker.c step_failed's disposition of a fenced-out commit (BF_ERR_STALE) through
+ *     worker_fail: when only the worker's own lease ran out and nobody took over, the attempt is
+ *     recorded and counted (BF_STEP_RETRY, attempts, error_class retryable, backoff), and the
+ *     attempt that exhausts max_attempts enters failed, instead of BF_STEP_LOST with nothing
+ *     recorded, which would retry a batch that always outlasts its lease forever (case own
+ *     lease expiry). A takeover still makes the stale step BF_STEP_LOST (case takeover).
  * Defence in depth: in the pause case the batch's lease extension (claim_expires_at) would also
  * violate the schema's "claim_owner IS NULL = claim_expires_at IS NULL" check once pause has
  * cleared the claim, so that case fails only when the fence and that extension are removed.
@@ -36,12 +42,20 @@
 
 #include "bt.h"
 
-#define ID_PAUSE    "stale.pause_v1"
-#define ID_TAKEOVER "stale.takeover_v1"
-#define ID_VALIDATE "stale.validator_v1"
-#define ID_EXPLICIT "stale.explicit_v1"
+#define ID_PAUSE        "stale.pause_v1"
+#define ID_TAKEOVER     "stale.takeover_v1"
+#define ID_VALIDATE     "stale.validator_v1"
+#define ID_EXPLICIT     "stale.explicit_v1"
+#define ID_EXPIRY       "stale.expiry_v1"
+#define EXPIRY_LEASE_MS 200 /* the own-lease case: short, so the test waits little */
 
-enum { KEY_PAUSE = 501, KEY_TAKEOVER = 502, KEY_VALIDATE = 503, KEY_EXPLICIT = 504 };
+enum {
+    KEY_PAUSE = 501,
+    KEY_TAKEOVER = 502,
+    KEY_VALIDATE = 503,
+    KEY_EXPLICIT = 504,
+    KEY_EXPIRY = 505
+};
 
 /* Mutations park on their barrier; counter counts how often each row was mutated. */
 static const bf_definition def_pause = {
@@ -93,8 +107,23 @@ static const bf_definition def_explicit = {
     .postcondition = "t.fixed = t.val * 2 AND public.bt_barrier(504)",
 };
 
-static const bf_definition *const defs[] = {&def_pause, &def_takeover, &def_validate,
-                                            &def_explicit};
+/* The batch parks on its barrier while its owner's lease runs out; nobody takes over. Two
+ * attempts: the first expiry retries (after a 1..5 ms backoff), the second fails. */
+static const bf_definition def_expiry = {
+    .id = ID_EXPIRY,
+    .description = "stale owner: the owner's own lease runs out during a batch",
+    .table = "stale_expiry",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = CASE WHEN public.bt_barrier(505) THEN t.val * 2 END,"
+                  " counter = t.counter + 1",
+    .retry = {.max_attempts = 2, .base_ms = 1, .cap_ms = 5},
+};
+
+static const bf_definition *const defs[] = {&def_pause, &def_takeover, &def_validate, &def_explicit,
+                                            &def_expiry};
 
 static const bf_actor operator_who = {.actor = "test-operator", .authority = "test"};
 
@@ -189,6 +218,7 @@ static int setup(void **state)
     bt_make_items(c, "stale_takeover", 30);
     bt_make_items(c, "stale_validate", 30);
     bt_make_items(c, "stale_explicit", 30);
+    bt_make_items(c, "stale_expiry", 30);
     PQfinish(c);
     registry = bt_registry(defs, sizeof defs / sizeof defs[0]);
     bf_engine *e = bt_engine(registry, "operator", 0);
@@ -466,6 +496,119 @@ static void test_pause_resume_rejects_stale_explicit_validation(void **state)
     PQfinish(c);
 }
 
+/* ---- (e) the owner's own lease runs out during a batch, nobody takes over -------------- */
+
+/* Block until PostgreSQL's clock has passed the claim's expiry (polls the row, bounded). */
+static void wait_claim_expired(PGconn *c, const char *id)
+{
+    for (int i = 0; i < 20000; i++) {
+        if (bt_int(c,
+                   "SELECT count(*) FROM buzz_backfill.backfill WHERE id = '%s'"
+                   " AND claim_expires_at < clock_timestamp()",
+                   id) == 1)
+            return;
+        usleep(1000);
+    }
+    fail_msg("the claim of %s did not expire", id);
+}
+
+/* Park a batch of w on KEY_EXPIRY, let its lease run out, release it; returns the step. */
+static bf_step_info step_outlasting_lease(PGconn *c, bf_worker *w)
+{
+    bt_lock(c, KEY_EXPIRY);
+    step_job job;
+    step_job_start(&job, w);
+    bt_wait_waiters(c, KEY_EXPIRY, 1);
+    wait_claim_expired(c, ID_EXPIRY);
+    bt_unlock(c, KEY_EXPIRY);
+    assert_int_equal(pthread_join(job.thread, NULL), 0);
+    assert_int_equal(job.err, BF_OK);
+    return job.info;
+}
+
+/* Guard: worker.c step_failed turning BF_ERR_STALE into a counted attempt (worker_fail). */
+static void test_own_lease_expiry_is_counted(void **state)
+{
+    (void)state;
+    PGconn *c = bt_connect();
+    bf_engine *op = bt_engine(registry, "operator", 0);
+    bf_engine *long_e = bt_engine(registry, "worker-long", 30000);
+    bf_engine *short_e = bt_engine(registry, "worker-short", EXPIRY_LEASE_MS);
+    bf_worker *long_w = NULL, *w = NULL;
+    assert_int_equal(bf_worker_new(&long_w, long_e, NULL), BF_OK);
+    assert_int_equal(bf_worker_new(&w, short_e, NULL), BF_OK);
+
+    /* one batch commits under a long lease (barrier open): checkpoint 10 */
+    act(op, BF_ACTION_START, ID_EXPIRY);
+    assert_int_equal(bf_worker_claim(long_w, ID_EXPIRY, NULL), BF_OK);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(long_w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_int_equal(bf_worker_release(long_w), BF_OK);
+
+    /* first attempt under the short lease outlasts it: the fence rejects the batch, and the
+     * attempt is recorded against this owner's own generation */
+    int64_t gen = 0;
+    assert_int_equal(bf_worker_claim(w, ID_EXPIRY, &gen), BF_OK);
+    info = step_outlasting_lease(c, w);
+    assert_int_equal(info.step, BF_STEP_RETRY);
+    assert_non_null(strstr(info.detail, "claim expired"));
+    bf_backfill row = bt_get(op, ID_EXPIRY);
+    assert_int_equal(row.state, BF_STATE_RUNNING);
+    assert_int_equal(row.generation, gen); /* nobody took over */
+    assert_int_equal(row.attempts, 1);
+    assert_string_equal(row.error_class, "retryable");
+    assert_non_null(strstr(row.error_detail, "claim expired"));
+    assert_true(row.has_next_attempt);
+    assert_false(row.claimed);
+    assert_false(row.has_claim_expires);
+    assert_string_equal(row.checkpoint, "10");
+    assert_int_equal(row.batches_committed, 1);
+    long long fixed = 0, mutations = 0;
+    target_counts(c, "stale_expiry", &fixed, &mutations);
+    assert_int_equal(fixed, 10);
+    assert_int_equal(mutations, 10);
+
+    /* the worker holds nothing now */
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_IDLE);
+
+    /* the second attempt, after the backoff, outlasts its lease too: max_attempts (2) is
+     * reached and the row fails instead of retrying forever */
+    int64_t gen2 = claim_when_eligible(w, ID_EXPIRY);
+    assert_true(gen2 > gen);
+    info = step_outlasting_lease(c, w);
+    assert_int_equal(info.step, BF_STEP_FAILED);
+    row = bt_get(op, ID_EXPIRY);
+    assert_int_equal(row.state, BF_STATE_FAILED);
+    assert_int_equal(row.generation, gen2);
+    assert_int_equal(row.attempts, 2);
+    assert_string_equal(row.error_class, "retryable");
+    assert_false(row.claimed);
+    assert_string_equal(row.checkpoint, "10");
+    target_counts(c, "stale_expiry", &fixed, &mutations);
+    assert_int_equal(fixed, 10);
+    assert_int_equal(mutations, 10);
+
+    /* operator retry keeps the checkpoint; under a long lease the rest commits exactly once */
+    act(op, BF_ACTION_RETRY, ID_EXPIRY);
+    assert_string_equal(bt_get(op, ID_EXPIRY).checkpoint, "10");
+    assert_int_equal(bf_worker_run(long_w, true), BF_OK);
+    row = bt_get(op, ID_EXPIRY);
+    assert_int_equal(row.state, BF_STATE_COMPLETED);
+    target_counts(c, "stale_expiry", &fixed, &mutations);
+    assert_int_equal(fixed, 30);
+    assert_int_equal(mutations, 30);
+    assert_int_equal(bt_int(c, "SELECT max(counter) FROM stale_expiry"), 1);
+
+    bf_worker_free(w);
+    bf_worker_free(long_w);
+    bf_engine_close(short_e);
+    bf_engine_close(long_e);
+    bf_engine_close(op);
+    PQfinish(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_takeover_rejects_expired_owner),
         cmocka_unit_test(test_pause_resume_rejects_stale_validator),
         cmocka_unit_test(test_pause_resume_rejects_stale_explicit_validation),
+        cmocka_unit_test(test_own_lease_expiry_is_counted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

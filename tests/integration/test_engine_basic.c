@@ -1,7 +1,13 @@
 /*
  * test_engine_basic.c - end to end through the engine API: migrations are idempotent,
  * registration converges, a declarative single-key and a compound-key backfill run from
- * pending to completed, and every row is repaired exactly once.
+ * pending to completed, and every row is repaired exactly once; a stable ID spelled like an
+ * array literal's NULL is still found by the claim of the next eligible row and by the gate.
+ *
+ * Guard proved: registry.c registry_ids_literal quotes every element of the text[] literal of
+ * the registry's IDs (test_id_spelled_null): unquoted, the element null reads as SQL NULL, so
+ * the claim of the next eligible row never finds that ID and the readiness gate reports an
+ * entry without an ID that never clears.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +42,18 @@ static const bf_definition events_norm = {
     .update_set = "kind_norm = t.kind + 100",
 };
 
+/* "null" is a valid stable ID (bf_id_valid: lowercase, 3..BF_ID_MAX characters) */
+static const bf_definition null_id = {
+    .id = "null",
+    .table = "null_items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .required = true,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2",
+};
+
 static const bf_definition *const defs[] = {&items_fix, &events_norm};
 
 static int setup(void **state)
@@ -44,6 +62,7 @@ static int setup(void **state)
     PGconn *c = bt_connect();
     bt_make_items(c, "items", 1000);
     bt_make_events(c, "events", 1000, 50);
+    bt_make_items(c, "null_items", 250);
     PQfinish(c);
     return 0;
 }
@@ -143,12 +162,65 @@ static void test_run_to_completion(void **state)
     bf_registry_free(reg);
 }
 
+/* Guard: registry.c registry_ids_literal's quoting of each ID in the text[] literal. */
+static void test_id_spelled_null(void **state)
+{
+    assert_true(bf_id_valid("null"));
+    const bf_definition *const only[] = {&null_id};
+    bf_registry *reg = bt_registry(only, 1);
+    bf_engine *e = bt_engine(reg, "t1", 0);
+    assert_int_equal(bf_register_all(e), BF_OK);
+
+    /* the required ID gates under its own name, registered but not completed */
+    bf_gate_entry gate[4];
+    int gating = -1;
+    assert_int_equal(bf_gate(e, gate, 4, &gating), BF_OK);
+    assert_int_equal(gating, 1);
+    assert_string_equal(gate[0].id, "null");
+    assert_int_equal(gate[0].state, BF_STATE_PENDING);
+    gating = -1;
+    assert_int_equal(bf_readiness_read(e, gate, 4, &gating), BF_OK);
+    assert_int_equal(gating, 1);
+    assert_string_equal(gate[0].id, "null");
+
+    /* the claim of the next eligible row finds it */
+    assert_int_equal(bt_act(e, BF_ACTION_START, "null"), BF_OK);
+    bf_engine *we = bt_engine(reg, "worker-null", 0);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    int64_t gen = 0;
+    assert_int_equal(bf_worker_claim(w, NULL, &gen), BF_OK);
+    bf_backfill row = bt_get(e, "null");
+    assert_true(row.claimed);
+    assert_string_equal(row.claim_owner, "worker-null");
+    assert_int_equal(row.generation, gen);
+    assert_int_equal(bt_step_until_not_batch(w, 10), BF_STEP_VALIDATING);
+    assert_int_equal(bt_step_until_not_batch(w, 1), BF_STEP_COMPLETED);
+    bf_worker_free(w);
+    bf_engine_close(we);
+    assert_int_equal(bt_get(e, "null").state, BF_STATE_COMPLETED);
+
+    /* completed, it no longer gates */
+    gating = -1;
+    assert_int_equal(bf_gate(e, gate, 4, &gating), BF_OK);
+    assert_int_equal(gating, 0);
+    gating = -1;
+    assert_int_equal(bf_readiness_read(e, gate, 4, &gating), BF_OK);
+    assert_int_equal(gating, 0);
+    PGconn *c = bt_connect();
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM null_items WHERE fixed = val * 2"), 250);
+    PQfinish(c);
+    bf_engine_close(e);
+    bf_registry_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrate_idempotent),
         cmocka_unit_test(test_unknown_schema_version),
         cmocka_unit_test(test_run_to_completion),
+        cmocka_unit_test(test_id_spelled_null),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

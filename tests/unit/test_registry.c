@@ -1,17 +1,18 @@
 /*
  * test_registry.c - definitions are validated before they can run (fail closed on a bad
- * definition), errors and SQLSTATEs map through their single tables, and names round-trip.
- * No database needed.
+ * definition), errors and SQLSTATEs map through their single tables, names round-trip, and a
+ * truncated diagnostic is cut on a UTF-8 character boundary. No database needed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "buzz/engine.h"
-#include "internal.h" /* the SQLSTATE classification table */
+#include "internal.h" /* the SQLSTATE classification table, bf__format */
 
 static bf_definition good(void)
 {
@@ -121,6 +122,67 @@ static void test_sqlstate_table(void **state)
     assert_int_equal(bf__classify_sqlstate(NULL).err, BF_ERR_RETRYABLE);
 }
 
+/* A whole UTF-8 string: lead bytes followed by their continuation bytes, nothing cut. */
+static bool utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != 0) {
+        int more = *p < 0x80             ? 0
+                   : (*p & 0xe0) == 0xc0 ? 1
+                   : (*p & 0xf0) == 0xe0 ? 2
+                   : (*p & 0xf8) == 0xf0 ? 3
+                                         : -1;
+        if (more < 0)
+            return false;
+        p++;
+        for (int i = 0; i < more; i++, p++)
+            if ((*p & 0xc0) != 0x80)
+                return false;
+    }
+    return true;
+}
+
+/*
+ * Guard: engine.c bf__vformat's UTF-8 cut (the loop that moves the cut back over continuation
+ * bytes). A truncated diagnostic is stored (error_detail, audit) and PostgreSQL rejects a split
+ * character, so at every capacity the cut output stays valid UTF-8, is a prefix of the full
+ * text followed by "...", and fits the buffer. The text mixes 2-, 3- and 4-byte characters, so
+ * some capacities put the plain cut (cap - 4) on each kind of continuation byte.
+ */
+static void test_format_cut_keeps_utf8(void **state)
+{
+    (void)state;
+    static const char text[] = "key \xc3\xa9t\xc3\xa9 \xe2\x82\xac\xe2\x82\xac "
+                               "\xf0\x9f\x98\x80\xf0\x9f\x98\x80 end";
+    assert_true(utf8_valid(text));
+    size_t full = strlen(text);
+    int split_before = 0; /* capacities whose plain cut would split a character */
+    for (size_t cap = 5; cap <= full; cap++) {
+        char out[sizeof text + 8];
+        memset(out, 'z', sizeof out);
+        bf__format(out, cap, "%s", text);
+        size_t len = strlen(out);
+        assert_true(len < cap);
+        assert_true(utf8_valid(out));
+        assert_true(len >= 3);
+        assert_string_equal(out + len - 3, "...");
+        assert_memory_equal(out, text, len - 3);
+        /* the cut gives up at most the continuation bytes of one character */
+        assert_true(cap - 4 - (len - 3) <= 3);
+        if (((unsigned char)text[cap - 4] & 0xc0) == 0x80) {
+            split_before++;
+            assert_true(len - 3 < cap - 4);
+        } else {
+            assert_int_equal(len - 3, cap - 4);
+        }
+    }
+    assert_int_equal(split_before, 12); /* 1 + 1 + 2 + 2 + 3 + 3 continuation bytes */
+    /* text that fits is not cut */
+    char out[sizeof text];
+    bf__format(out, sizeof out, "%s", text);
+    assert_string_equal(out, text);
+}
+
 static void test_names(void **state)
 {
     for (int s = BF_STATE_PENDING; s <= BF_STATE_COMPLETED; s++) {
@@ -146,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_registry_duplicates_and_lookup),
         cmocka_unit_test(test_id_format),
         cmocka_unit_test(test_sqlstate_table),
+        cmocka_unit_test(test_format_cut_keeps_utf8),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
