@@ -73,6 +73,7 @@ static struct {
     int n_ids;
     int64_t remaining_us;
     bool held, release;
+    char *big; /* STUB_BIG's reason, STUB_BIG_LEN bytes */
 } stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static void stub_reset(stub_mode mode)
@@ -137,16 +138,8 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
     resp.ready = true;
     resp.n_components = 1;
     resp.components = comps;
-    static char *big;
-    if (stub.mode == STUB_BIG) {
-        if (big == NULL) {
-            big = malloc(STUB_BIG_LEN + 1);
-            assert_non_null(big);
-            memset(big, 'x', STUB_BIG_LEN);
-            big[STUB_BIG_LEN] = '\0';
-        }
-        comp.reason = big;
-    }
+    if (stub.mode == STUB_BIG)
+        comp.reason = stub.big; /* filled before the transport started: threads only read it */
 
     pthread_mutex_lock(&stub.mtx);
     stub.calls++;
@@ -290,6 +283,7 @@ static int group_teardown(void **state)
     srv_transport_free(tp);
     srv_dispatcher_free(disp);
     srv_auth_free(auth);
+    free(stub.big);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
@@ -1023,6 +1017,12 @@ static void *watched_stop(void *arg)
 static void test_unread_replies_do_not_hold_threads(void **state)
 {
     (void)state;
+    if (stub.big == NULL) { /* before any transport thread can read it */
+        stub.big = malloc(STUB_BIG_LEN + 1);
+        assert_non_null(stub.big);
+        memset(stub.big, 'x', STUB_BIG_LEN);
+        stub.big[STUB_BIG_LEN] = '\0';
+    }
     char diag[256] = "";
     const char *urls[] = {"tcp://127.0.0.1:0"};
     srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 2, .send_timeout_ms = 300};
