@@ -211,6 +211,8 @@ static void test_lost_answer_prints_request_id(void **state)
     if (strstr(r.err, want) == NULL)
         fail_msg("stderr does not name the request id %s:\n%s", hex, r.err);
 
+    ctl_free(&r);
+
     /* repeating it with --request-id sends the same ID */
     fake_open(&f);
     const char *again[] = {"--url", f.url, "--request-id", hex, "pause", "demo.items_v1", NULL};
@@ -231,7 +233,6 @@ static void test_lost_answer_prints_request_id(void **state)
     cr.replayed = true;
     fake_answer(&f, env, SC(OK), &cr.base);
     buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
-    ctl_free(&r);
     ctl_finish(&r);
     fake_close(&f);
     assert_int_equal(r.status, 0);
