@@ -619,18 +619,10 @@ else
     "$PG" start
     URL="$("$PG" url)"
 fi
-# the same server, database $db_name (URL form with an optional query, or key=value conninfo)
-if [[ "$URL" == *://* ]]; then
-    rest="${URL#*://}"
-    query=""
-    if [[ "$rest" == *\?* ]]; then
-        query="?${rest#*\?}"
-        rest="${rest%%\?*}"
-    fi
-    DB_URL="${URL%%://*}://${rest%%/*}/$db_name$query"
-else
-    DB_URL="$URL dbname=$db_name"
-fi
+# the same server, database $db_name
+# shellcheck source=scripts/db-url.sh
+. "$ROOT/scripts/db-url.sh"
+DB_URL="$(buzz_db_url "$URL" "$db_name")"
 
 if [[ -x /usr/lib/postgresql/15/bin/psql ]]; then
     PSQL=/usr/lib/postgresql/15/bin/psql

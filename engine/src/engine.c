@@ -191,11 +191,9 @@ bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what)
     return cls.err;
 }
 
-bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
-                const char *const *params)
+/* Hand a successful result to *out (or clear it), or turn a failed one into a bf_err. */
+static bf_err exec_result(bf_engine *e, PGresult *r, PGresult **out, const char *what)
 {
-    e->sqlstate[0] = '\0';
-    PGresult *r = PQexecParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         if (out != NULL)
@@ -207,6 +205,14 @@ bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql,
     bf_err err = bf__pg_error(e, r, what);
     PQclear(r);
     return err;
+}
+
+bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
+                const char *const *params)
+{
+    e->sqlstate[0] = '\0';
+    return exec_result(e, PQexecParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0), out,
+                       what);
 }
 
 bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
@@ -225,18 +231,7 @@ bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stm
             return err;
         e->stmt_prepared |= 1u << stmt;
     }
-    PGresult *r = PQexecPrepared(e->conn, name, nparams, params, NULL, NULL, 0);
-    ExecStatusType st = PQresultStatus(r);
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
-        if (out != NULL)
-            *out = r;
-        else
-            PQclear(r);
-        return BF_OK;
-    }
-    bf_err err = bf__pg_error(e, r, what);
-    PQclear(r);
-    return err;
+    return exec_result(e, PQexecPrepared(e->conn, name, nparams, params, NULL, NULL, 0), out, what);
 }
 
 bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,

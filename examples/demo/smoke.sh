@@ -56,17 +56,9 @@ MODULE="${2:?usage: smoke.sh <buzz-demo-run> <module>}"
 LOG="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-smoke.XXXXXX")"
 
 # the same server, another database
-if [[ "$URL" == *://* ]]; then
-    rest="${URL#*://}"
-    query=""
-    if [[ "$rest" == *\?* ]]; then
-        query="?${rest#*\?}"
-        rest="${rest%%\?*}"
-    fi
-    DB_URL="${URL%%://*}://${rest%%/*}/$DB$query"
-else
-    DB_URL="$URL dbname=$DB"
-fi
+# shellcheck source=scripts/db-url.sh
+. "$HERE/../../scripts/db-url.sh"
+DB_URL="$(buzz_db_url "$URL" "$DB")"
 
 psql_admin()
 {
