@@ -59,7 +59,7 @@ typedef struct demo_worker {
     char diag[BF_DIAG_MAX];
 } demo_worker;
 
-/* progress samples of one backfill (PostgreSQL time, rows committed) */
+/* progress samples of one backfill (PostgreSQL time, keys passed) */
 typedef struct demo_rate {
     int n;
     int64_t at[DEMO_RATE_WINDOW];
@@ -198,11 +198,14 @@ static bool demo_rate_get(const demo_rate *r, double *out)
     return true;
 }
 
-/* One live line: state, rows committed, batches, checkpoint, rate and ETA. */
+/* One live line: state, keys passed of the estimate, batches, checkpoint, rate and ETA. */
 static void demo_progress_line(const bf_backfill *b, const demo_rate *r, char *line, size_t cap)
 {
     char rows[24], est[32], pct[16] = "", rate[32] = "unknown", eta[48] = "unknown", ckpt[64];
-    demo_fmt_count(rows, sizeof rows, (double)b->rows_committed);
+    if (b->has_rows_covered)
+        demo_fmt_count(rows, sizeof rows, (double)b->rows_covered);
+    else
+        snprintf(rows, sizeof rows, "unknown");
     if (b->has_source_estimate) {
         char n[24];
         demo_fmt_count(n, sizeof n, (double)b->source_estimate);
@@ -229,14 +232,15 @@ static void demo_progress_line(const bf_backfill *b, const demo_rate *r, char *l
         break;
     case BF_STATE_RUNNING:
         /* the estimate is the planner's row count at start: progress is approximate, and an
-         * estimate already passed or a rate of zero gives no ETA at all */
-        if (b->has_source_estimate && b->source_estimate > 0) {
-            int64_t p = b->rows_committed * 100 / b->source_estimate;
+         * estimate already passed or a rate of zero gives no ETA at all. Progress through the
+         * source is the keys passed (rows_covered), not the rows changed. */
+        if (b->has_source_estimate && b->source_estimate > 0 && b->has_rows_covered) {
+            int64_t p = b->rows_covered * 100 / b->source_estimate;
             snprintf(pct, sizeof pct, "~%d%%", p > 99 ? 99 : p < 0 ? 0 : (int)p);
-            if (has_rate && rps > 0 && b->source_estimate > b->rows_committed) {
+            if (has_rate && rps > 0 && b->source_estimate > b->rows_covered) {
                 char d[16];
                 demo_fmt_duration(d, sizeof d,
-                                  (double)(b->source_estimate - b->rows_committed) / rps);
+                                  (double)(b->source_estimate - b->rows_covered) / rps);
                 snprintf(eta, sizeof eta, "~%s", d);
             }
         }
@@ -280,7 +284,7 @@ static void demo_report_tick(demo_report *rep)
         char line[320];
         bf_err err = bf_get(rep->engine, id, &b);
         if (err == BF_OK) {
-            demo_rate_add(&rep->rates[i], b.now, b.rows_committed);
+            demo_rate_add(&rep->rates[i], b.now, b.has_rows_covered ? b.rows_covered : 0);
             demo_progress_line(&b, &rep->rates[i], line, sizeof line);
         } else {
             /* a failed read is unknown, not zero */

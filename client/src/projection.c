@@ -137,16 +137,26 @@ static void project_progress(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         snprintf(v->progress, sizeof v->progress, "unknown");
         return;
     }
-    char rows[32];
-    bfc_format_count(rows, sizeof rows, p->rows_committed);
+    /* keys passed measure progress through the source (some rows need no repair); without
+     * them (progress from before the engine counted keys) the rows changed stand in */
+    bool covered = p->has_rows_covered;
+    int64_t done = covered ? p->rows_covered : p->rows_committed;
+    char rows[32], changed[32];
+    bfc_format_count(rows, sizeof rows, done);
+    bfc_format_count(changed, sizeof changed, p->rows_committed);
+    char what[80];
+    if (covered)
+        snprintf(what, sizeof what, "%s rows, %s changed", rows, changed);
+    else
+        snprintf(what, sizeof what, "%s rows changed", changed);
     if (p->has_source_estimate && p->source_estimate > 0) {
         char est[32];
         bfc_format_count(est, sizeof est, p->source_estimate);
-        double pct = 100.0 * (double)p->rows_committed / (double)p->source_estimate;
-        snprintf(v->progress, sizeof v->progress, "%s rows (~%.1f%% of ~%s est.)", rows,
+        double pct = 100.0 * (double)done / (double)p->source_estimate;
+        snprintf(v->progress, sizeof v->progress, "%s (~%.1f%% of ~%s est.)", what,
                  pct > 100.0 ? 100.0 : pct, est);
     } else {
-        snprintf(v->progress, sizeof v->progress, "%s rows", rows);
+        snprintf(v->progress, sizeof v->progress, "%s", what);
     }
     /* an average since start: only meaningful while the backfill works or after it finished
      * (a paused or blocked backfill has no current rate, and its average would sink) */
@@ -162,16 +172,17 @@ static void project_progress(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         return;
     int64_t end = t->has_completed_at_us ? t->completed_at_us : t->observed_at_us;
     int64_t elapsed = end - t->started_at_us;
-    if (elapsed <= 0 || p->rows_committed <= 0)
+    if (elapsed <= 0 || done <= 0)
         return;
-    double rate = (double)p->rows_committed * 1e6 / (double)elapsed;
+    double rate = (double)done * 1e6 / (double)elapsed;
     snprintf(v->rate, sizeof v->rate, "%.0f rows/s", rate);
     if (b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED) {
         snprintf(v->eta, sizeof v->eta, "done");
-    } else if (p->has_source_estimate && p->source_estimate > p->rows_committed && rate > 0 &&
+    } else if (covered && p->has_source_estimate && p->source_estimate > done && rate > 0 &&
                b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING) {
+        /* only from keys passed: rows changed say nothing about what is left of the source */
         char d[24];
-        double left = (double)(p->source_estimate - p->rows_committed) / rate;
+        double left = (double)(p->source_estimate - done) / rate;
         bfc_format_duration(d, sizeof d, (int64_t)(left * 1e6));
         snprintf(v->eta, sizeof v->eta, "~%s (est.)", d);
     }

@@ -18,8 +18,8 @@
 typedef struct bfc_view {
     char id[BFC_CELL];
     char state[24];
-    char progress[BFC_CELL];   /* "12,000 rows (~1.2% of ~1,000,000 est.)" or "12,000 rows" */
-    char rate[40];             /* rows/s since start, or "unknown" */
+    char progress[160];        /* "12,000 rows, 3,000 changed (~1.2% of ~1,000,000 est.)" */
+    char rate[40];             /* rows (keys passed) per second since start, or "unknown" */
     char eta[40];              /* from the estimate, or "unknown" */
     char checkpoint[BFC_CELL]; /* "-" before the first batch */
     char bound[BFC_CELL];      /* "-" before start, "(empty)" for an empty source set */

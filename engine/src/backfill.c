@@ -34,6 +34,7 @@ const char bf__backfill_columns[] =
     " (extract(epoch FROM b.validated_at) * 1000000)::bigint,"
     " b.validation_request,"
     " b.rows_committed,"
+    " b.rows_covered,"
     " b.batches_committed,"
     " b.source_estimate,"
     " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"
@@ -89,6 +90,8 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     out->validated_at = bf__field_i64(r, row, c++);
     bf__copy(out->validation_request, sizeof out->validation_request, bf__field(r, row, c++));
     out->rows_committed = bf__field_i64(r, row, c++);
+    out->has_rows_covered = !bf__isnull(r, row, c);
+    out->rows_covered = bf__field_i64(r, row, c++);
     out->batches_committed = bf__field_i64(r, row, c++);
     out->has_source_estimate = !bf__isnull(r, row, c);
     out->source_estimate = bf__field_i64(r, row, c++);

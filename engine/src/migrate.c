@@ -130,9 +130,32 @@ static const char m2_requests[] =
     ");"
     "CREATE INDEX request_created_at ON buzz_backfill.request (created_at);";
 
+/* Keys passed by the checkpoint, comparable with source_estimate (rows_committed counts only the
+ * rows a batch changed, which is fewer when some rows need no repair). Progress made before
+ * this version is unknown: NULL, and NULL + n stays NULL, for rows that had already moved. The
+ * completed-row guard now covers the new column too. */
+static const char m3_rows_covered[] =
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN rows_covered bigint"
+    "  CHECK (rows_covered >= 0);"
+    "ALTER TABLE buzz_backfill.backfill ALTER COLUMN rows_covered SET DEFAULT 0;"
+    "UPDATE buzz_backfill.backfill SET rows_covered = 0"
+    "  WHERE checkpoint IS NULL AND state <> 'completed';"
+    "DROP TRIGGER guard_1_completed ON buzz_backfill.backfill;"
+    "CREATE TRIGGER guard_1_completed BEFORE UPDATE ON buzz_backfill.backfill FOR EACH ROW"
+    "  WHEN (OLD.state = 'completed' AND"
+    "     ROW(NEW.state, NEW.bound, NEW.bound_empty, NEW.checkpoint, NEW.generation,"
+    "         NEW.claim_owner, NEW.rows_committed, NEW.rows_covered, NEW.batches_committed,"
+    "         NEW.started_at, NEW.completed_at, NEW.key_types)"
+    "     IS DISTINCT FROM"
+    "     ROW(OLD.state, OLD.bound, OLD.bound_empty, OLD.checkpoint, OLD.generation,"
+    "         OLD.claim_owner, OLD.rows_committed, OLD.rows_covered, OLD.batches_committed,"
+    "         OLD.started_at, OLD.completed_at, OLD.key_types))"
+    "  EXECUTE FUNCTION buzz_backfill.reject_change('completed backfill is immutable', 'BFI01');";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
+    {3, "rows covered", m3_rows_covered},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

@@ -212,12 +212,14 @@ static void add_fence_where(bf_strbuf *sb, const bf_definition *d, const char *l
     bf_strbuf_add(sb, ")");
 }
 
+/* touched: the rows the batch changed; covered: the keys it passed (the batch's size) */
 static void add_fence_set(bf_strbuf *sb, const bf_definition *d, const char *last_rel,
-                          const char *touched)
+                          const char *touched, const char *covered)
 {
     bf_strbuf_add(sb, "UPDATE buzz_backfill.backfill f SET checkpoint = (SELECT ");
     add_text_array(sb, d, "l");
     bf_strbuf_addf(sb, " FROM %s l), rows_committed = f.rows_committed + %s,", last_rel, touched);
+    bf_strbuf_addf(sb, " rows_covered = f.rows_covered + %s,", covered);
     bf_strbuf_add(sb, " batches_committed = f.batches_committed + 1, attempts = 0,"
                       " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
                       " updated_at = clock_timestamp(),"
@@ -268,7 +270,8 @@ static char *compile_batch(const bf_definition *d, bool has_checkpoint)
     bf_strbuf_add(&sb, " <= (SELECT ");
     add_cols(&sb, d, "l", "");
     bf_strbuf_addf(&sb, " FROM bf_last l) AND (%s) RETURNING 1), bf_fence AS (", d->needs_repair);
-    add_fence_set(&sb, d, "bf_last", "(SELECT count(*) FROM bf_mutated)");
+    add_fence_set(&sb, d, "bf_last", "(SELECT count(*) FROM bf_mutated)",
+                  "(SELECT bf_n FROM bf_last)");
     add_fence_where(&sb, d, "bf_last", has_checkpoint);
     bf_strbuf_add(&sb, " RETURNING f.checkpoint) SELECT buzz_backfill.batch_verdict("
                        "coalesce((SELECT bf_n FROM bf_last), 0), (SELECT count(*) FROM bf_mutated),"
@@ -312,7 +315,7 @@ static char *compile_fence(const bf_definition *d)
     bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
     bf_strbuf_add(&sb, " LIMIT 1) ");
-    add_fence_set(&sb, d, "bf_last", "$6::bigint");
+    add_fence_set(&sb, d, "bf_last", "$6::bigint", "(SELECT count(*) FROM bf_batch)");
     add_fence_where(&sb, d, "bf_last", true);
     bf_strbuf_add(&sb, " RETURNING f.checkpoint::text");
     return bf_strbuf_take(&sb);

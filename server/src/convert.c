@@ -196,6 +196,10 @@ static void convert_progress(srv_backfill_msg *m, const bf_backfill *row)
     buzz__backfill__v1__progress__init(p);
     p->has_rows_committed = true;
     p->rows_committed = row->rows_committed;
+    if (row->has_rows_covered) {
+        p->has_rows_covered = true;
+        p->rows_covered = row->rows_covered;
+    }
     p->has_batches_committed = true;
     p->batches_committed = row->batches_committed;
     if (row->has_source_estimate) {

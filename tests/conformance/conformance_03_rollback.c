@@ -178,6 +178,8 @@ static void check_progress(const char *id, const char *table, int batches, int s
     assert_string_equal(row.checkpoint, cp);
     assert_int_equal(row.batches_committed, batches);
     assert_int_equal(row.rows_committed, (int64_t)batches * size);
+    assert_true(row.has_rows_covered); /* keys passed move with the checkpoint, or not at all */
+    assert_int_equal(row.rows_covered, (int64_t)batches * size);
     assert_int_equal(bt_int(conn,
                             "SELECT count(*) FROM %s WHERE counter = 1 AND fixed = val * 2"
                             " AND id <= %d",
@@ -201,6 +203,7 @@ static void finish(const char *id, const char *table, long rows)
     bf_backfill row = bt_get(admin, id);
     assert_int_equal(row.state, BF_STATE_COMPLETED);
     assert_int_equal(row.rows_committed, rows);
+    assert_int_equal(row.rows_covered, rows);
     assert_int_equal(
         bt_int(conn, "SELECT count(*) FROM %s WHERE counter = 1 AND fixed = val * 2", table), rows);
 }

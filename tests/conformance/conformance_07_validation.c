@@ -139,6 +139,7 @@ static void assert_same_execution(const bf_backfill *a, const bf_backfill *b)
     assert_int_equal(a->bound_empty, b->bound_empty);
     assert_string_equal(a->checkpoint, b->checkpoint);
     assert_int_equal(a->rows_committed, b->rows_committed);
+    assert_int_equal(a->rows_covered, b->rows_covered);
     assert_int_equal(a->batches_committed, b->batches_committed);
     assert_int_equal(a->has_completed_at, b->has_completed_at);
     assert_int_equal(a->completed_at, b->completed_at);
@@ -334,6 +335,7 @@ static void test_completed_is_immutable(void **state)
         "UPDATE buzz_backfill.backfill SET checkpoint = ARRAY['5'] WHERE id = '" ID_IMMUTABLE "'",
         "UPDATE buzz_backfill.backfill SET generation = generation + 1"
         " WHERE id = '" ID_IMMUTABLE "'",
+        "UPDATE buzz_backfill.backfill SET rows_covered = 0 WHERE id = '" ID_IMMUTABLE "'",
         "DELETE FROM buzz_backfill.backfill WHERE id = '" ID_IMMUTABLE "'",
     };
     for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {

@@ -128,6 +128,8 @@ static void test_run_to_completion(void **state)
     assert_int_equal(row.state, BF_STATE_PENDING);
     assert_false(row.has_bound);
 
+    /* a quarter of the items needs no repair: rows changed and keys passed differ */
+    bt_exec(c, "UPDATE items SET fixed = val * 2 WHERE id %% 4 = 0");
     assert_int_equal(bt_act(e, BF_ACTION_START, "items.fix_v1"), BF_OK);
     assert_int_equal(bt_act(e, BF_ACTION_START, "events.kind_norm_v1"), BF_OK);
     row = bt_get(e, "items.fix_v1");
@@ -144,7 +146,9 @@ static void test_run_to_completion(void **state)
 
     row = bt_get(e, "items.fix_v1");
     assert_int_equal(row.state, BF_STATE_COMPLETED);
-    assert_int_equal(row.rows_committed, 1000);
+    assert_int_equal(row.rows_committed, 750); /* changed */
+    assert_true(row.has_rows_covered);
+    assert_int_equal(row.rows_covered, 1000); /* passed by the checkpoint */
     assert_int_equal(row.batches_committed, 10);
     assert_string_equal(row.checkpoint, "1000");
     assert_int_equal(bt_int(c, "SELECT count(*) FROM items WHERE fixed = val * 2"), 1000);
@@ -152,6 +156,7 @@ static void test_run_to_completion(void **state)
     row = bt_get(e, "events.kind_norm_v1");
     assert_int_equal(row.state, BF_STATE_COMPLETED);
     assert_int_equal(row.rows_committed, 1000);
+    assert_int_equal(row.rows_covered, 1000);
     assert_int_equal(bt_int(c, "SELECT count(*) FROM events WHERE kind_norm = kind + 100"), 1000);
 
     int gating = -1;

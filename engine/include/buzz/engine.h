@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 2   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 3   /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a rendered bound or checkpoint, terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -123,6 +123,8 @@ typedef struct bf_backfill {
     char validation_request[BF_REQUEST_ID_MAX];
 
     int64_t rows_committed;    /* rows the committed batches changed */
+    bool has_rows_covered;     /* false for progress made before schema version 3 */
+    int64_t rows_covered;      /* keys the committed batches passed (compare source_estimate) */
     int64_t batches_committed; /* committed batches */
     bool has_source_estimate;  /* planner estimate of the source size at start: an estimate */
     int64_t source_estimate;
