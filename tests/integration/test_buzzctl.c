@@ -10,6 +10,8 @@
  * - test_server_text_is_made_printable: bfc_printable() in the projection and in every direct
  *   print of server text, and the escaping of pbjson; without them a server (or anyone who got
  *   a string into a stored backfill or audit row) writes terminal control sequences.
+ * - test_progress_counts_keys_passed: project_progress() measuring progress, rate and ETA in
+ *   keys passed (rows_covered) and giving no ETA without them.
  * - test_ready_wait_gets_its_budget: the timeout raised for ready --wait; without it the server
  *   is told to give up after the default 10 s whatever --wait says.
  * - test_usage_errors_need_no_server: the connection opened by the first call; without it a
@@ -360,6 +362,62 @@ static void test_server_text_is_made_printable(void **state)
     }
 }
 
+/* get of a running backfill: progress, rate and ETA come from the keys the checkpoint passed
+ * (rows_covered), which a quarter of rows needing no repair does not shrink; without them
+ * (progress from before the engine counted keys) the rows changed are shown and no ETA is
+ * invented. Guard: project_progress() in projection.c using rows_covered, and its "covered"
+ * condition on the ETA. */
+static void test_progress_counts_keys_passed(void **state)
+{
+    (void)state;
+    Buzz__Backfill__V1__Progress p = BUZZ__BACKFILL__V1__PROGRESS__INIT;
+    p.has_rows_committed = true;
+    p.rows_committed = 300;
+    p.has_source_estimate = true;
+    p.source_estimate = 1000;
+    Buzz__Backfill__V1__Times t = BUZZ__BACKFILL__V1__TIMES__INIT;
+    t.has_started_at_us = true;
+    t.started_at_us = 1000000000000;
+    t.has_observed_at_us = true;
+    t.observed_at_us = t.started_at_us + 4000000; /* 4 s later */
+    Buzz__Backfill__V1__Backfill b = BUZZ__BACKFILL__V1__BACKFILL__INIT;
+    b.id = "demo.items_v1";
+    b.has_state = true;
+    b.state = BUZZ__BACKFILL__V1__STATE__RUNNING;
+    b.progress = &p;
+    b.times = &t;
+    Buzz__Backfill__V1__GetResponse get = BUZZ__BACKFILL__V1__GET_RESPONSE__INIT;
+    get.backfill = &b;
+    const struct {
+        bool covered;
+        const char *progress, *rate, *eta;
+    } cases[] = {
+        /* 400 keys passed in 4 s: 100 rows/s, 600 left of the estimate: 6 s */
+        {true, "400 rows, 300 changed (~40.0% of ~1,000 est.)", "100 rows/s", "~6.0s (est.)"},
+        {false, "300 rows changed (~30.0% of ~1,000 est.)", "75 rows/s", "eta: unknown"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p.has_rows_covered = cases[i].covered;
+        p.rows_covered = cases[i].covered ? 400 : 0;
+        fake f;
+        fake_open(&f);
+        const char *args[] = {"--url", f.url, "get", "demo.items_v1", NULL};
+        ctl_run r;
+        ctl_start(&r, args);
+        Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
+        fake_answer(&f, env, SC(OK), &get.base);
+        buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+        ctl_finish(&r);
+        fake_close(&f);
+        assert_int_equal(r.status, 0);
+        if (strstr(r.out, cases[i].progress) == NULL || strstr(r.out, cases[i].rate) == NULL ||
+            strstr(r.out, cases[i].eta) == NULL)
+            fail_msg("case %zu: want \"%s\", \"%s\", \"%s\" in:\n%s", i, cases[i].progress,
+                     cases[i].rate, cases[i].eta, r.out);
+        ctl_free(&r);
+    }
+}
+
 /* ready --wait 20 without --timeout: the request asks for the wait, and its deadline leaves
  * the server the whole of it. */
 static void test_ready_wait_gets_its_budget(void **state)
@@ -447,6 +505,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_answer_prints_request_id),
         cmocka_unit_test(test_server_text_is_made_printable),
+        cmocka_unit_test(test_progress_counts_keys_passed),
         cmocka_unit_test(test_ready_wait_gets_its_budget),
         cmocka_unit_test(test_usage_errors_need_no_server),
     };
