@@ -36,11 +36,13 @@
 
 #include "bt.h"
 
-#define LEASE_MS 1500
+/* long enough that a stalled machine does not let the race's loser claim before the winner
+ * has parked its batch; the takeover waits for it once */
+#define LEASE_MS 3000
 
 /* Barrier keys: each scenario has its own, so that a failed one cannot stall the next. */
 enum { KEY_CONC_GO = 600, KEY_AB = 610, KEY_BA = 620 };
-enum { KEY_GO = 0, KEY_BATCH = 1, KEY_AFTER = 2 }; /* offsets from a scenario's base key */
+enum { KEY_GO = 0, KEY_BATCH = 1, KEY_AFTER = 2, KEY_LOSER = 3 }; /* offsets from a base key */
 
 /* ---- child processes: each one is a deployment ----------------------------------------- */
 
@@ -137,7 +139,10 @@ static int child_race(bf_engine *e, bf_worker *w, const char *id, int key_base)
     }
     if (err != BF_ERR_NO_WORK)
         return EXIT_CLAIM_ERR;
-    /* the loser: poll (bounded) until PostgreSQL says the winner's claim expired */
+    /* the loser: once the test has read who won, poll (bounded) until PostgreSQL says the
+     * winner's claim expired */
+    if (!child_barrier(key_base + KEY_LOSER))
+        return EXIT_ENV;
     for (int i = 0; (err = bf_worker_claim(w, id, NULL)) != BF_OK; i++) {
         if (err != BF_ERR_NO_WORK)
             return EXIT_CLAIM_ERR;
@@ -187,7 +192,13 @@ static int child_main(void *arg)
     bf_registry *reg = NULL;
     if (bf_registry_new(&reg) != BF_OK || bf_registry_add(reg, &def, NULL, 0) != BF_OK)
         return EXIT_ENV;
-    bf_config cfg = {.conninfo = bt_db_conninfo(), .owner = s->owner, .lease_ms = LEASE_MS};
+    /* the parked batch waits on a barrier past the lease: its lock and statement timeouts must
+     * not end it first */
+    bf_config cfg = {.conninfo = bt_db_conninfo(),
+                     .owner = s->owner,
+                     .lease_ms = LEASE_MS,
+                     .lock_timeout_ms = 30000,
+                     .statement_timeout_ms = 60000};
     bf_engine *e = NULL;
     if (bf_engine_open(&e, &cfg, reg) != BF_OK) {
         bf_registry_free(reg);
@@ -359,6 +370,7 @@ static void race_phase(PGconn *c, bf_engine *op, const char *id, const char *tab
     bt_lock(holder, keys + KEY_GO);
     bt_lock(holder, keys + KEY_BATCH);
     bt_lock(holder, keys + KEY_AFTER);
+    bt_lock(holder, keys + KEY_LOSER);
     child_spec a = {CHILD_RACE, id, table, "rev-a", "proc-a", keys + KEY_GO, keys, ""};
     child_spec b = {CHILD_RACE, id, table, "rev-b", "proc-b", keys + KEY_GO, keys, ""};
     pid_t pid_a = bt_spawn(child_main, &a);
@@ -369,8 +381,8 @@ static void race_phase(PGconn *c, bf_engine *op, const char *id, const char *tab
 
     /* exactly one owns the claim, with its batch in flight; learn who from the row */
     bt_wait_waiters(holder, keys + KEY_BATCH, 1);
-    bf_backfill won = bt_get(op, id);
-    assert_true(won.claimed);
+    bf_backfill won = bt_get(op, id); /* the loser is held: nobody can have taken over yet */
+    assert_true(won.claim_owner[0] != '\0');
     assert_int_equal(won.generation, start.generation + 1);
     bool a_won = strcmp(won.claim_owner, "proc-a") == 0;
     assert_true(a_won || strcmp(won.claim_owner, "proc-b") == 0);
@@ -379,6 +391,8 @@ static void race_phase(PGconn *c, bf_engine *op, const char *id, const char *tab
     pid_t loser_pid = a_won ? pid_b : pid_a;
 
     /* the loser takes over once PostgreSQL time expires the parked winner's claim */
+    bt_wait_waiters(holder, keys + KEY_LOSER, 1);
+    bt_unlock(holder, keys + KEY_LOSER);
     bf_backfill taken = won;
     for (int i = 0; strcmp(taken.claim_owner, loser) != 0; i++) {
         assert_true(i < 30000);
