@@ -177,6 +177,16 @@ static void test_format_cut_keeps_utf8(void **state)
         }
     }
     assert_int_equal(split_before, 12); /* 1 + 1 + 2 + 2 + 3 + 3 continuation bytes */
+    /* buffers too small for the mark still end on a character boundary */
+    static const char euro[] = "\xe2\x82\xac\xe2\x82\xac";
+    for (size_t cap = 1; cap <= 4; cap++) {
+        char small[8];
+        memset(small, 'z', sizeof small);
+        bf__format(small, cap, "%s", euro);
+        assert_true(strlen(small) < cap);
+        assert_true(utf8_valid(small));
+        assert_int_equal(strlen(small), cap == 4 ? 3 : 0);
+    }
     /* text that fits is not cut */
     char out[sizeof text];
     bf__format(out, sizeof out, "%s", text);
