@@ -13,7 +13,6 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
-PG="$ROOT/scripts/pg.sh"
 ID="demo.events.content_len_v1"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -21,31 +20,18 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 
-echo "rpc.sh: building (Release) in $BUILD" >&2
-LOG="$(mktemp)"
-if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUZZ_TESTS=OFF &&
-    cmake --build "$BUILD" --target buzz-backfilld buzzctl buzz-demo-definitions rpc \
-        -j "$(nproc 2>/dev/null || echo 2)"; } >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    rm -f "$LOG"
-    echo "rpc.sh: build failed" >&2
-    exit 1
-fi
-rm -f "$LOG"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+# shellcheck source=scripts/db-url.sh
+. "$ROOT/scripts/db-url.sh"
+bench_build rpc.sh buzz-backfilld buzzctl buzz-demo-definitions rpc
 
 TMP="$(mktemp -d /tmp/buzz-rpc-bench.XXXXXX)"
-started=0
 DPID=""
 DB="buzz_rpc_bench_$$"
-if [[ -z "${BUZZ_BENCH_PG_URL:-}" ]]; then
-    if ! "$PG" status >/dev/null 2>&1; then
-        "$PG" start >&2
-        started=1
-    fi
-    BUZZ_BENCH_PG_URL="$("$PG" url)"
-fi
+bench_pg_start
 SERVER_URL="$BUZZ_BENCH_PG_URL"
-DB_URL="${SERVER_URL%/*}/$DB"
+DB_URL="$(buzz_db_url "$SERVER_URL" "$DB")"
 
 cleanup()
 {
@@ -55,9 +41,7 @@ cleanup()
     fi
     psql -X -q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
     rm -rf "$TMP"
-    if ((started)); then
-        "$PG" stop >&2 || true
-    fi
+    bench_pg_stop
 }
 trap cleanup EXIT
 

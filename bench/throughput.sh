@@ -12,40 +12,17 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
-PG="$ROOT/scripts/pg.sh"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
-echo "throughput.sh: building (Release) in $BUILD" >&2
-LOG="$(mktemp)"
-if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUZZ_TESTS=OFF &&
-    cmake --build "$BUILD" --target throughput -j "$(nproc 2>/dev/null || echo 2)"; } >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    rm -f "$LOG"
-    echo "throughput.sh: build failed" >&2
-    exit 1
-fi
-rm -f "$LOG"
-
-started=0
-if [[ -z "${BUZZ_BENCH_PG_URL:-}" ]]; then
-    if ! "$PG" status >/dev/null 2>&1; then
-        "$PG" start >&2
-        started=1
-    fi
-    BUZZ_BENCH_PG_URL="$("$PG" url)"
-    export BUZZ_BENCH_PG_URL
-fi
-cleanup()
-{
-    if ((started)); then
-        "$PG" stop >&2 || true
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_build throughput.sh throughput
+bench_pg_start
+trap bench_pg_stop EXIT
 
 echo "throughput.sh: server $BUZZ_BENCH_PG_URL" >&2
 "$BUILD/bench/throughput" --url "$BUZZ_BENCH_PG_URL" "$@"
