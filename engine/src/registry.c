@@ -304,8 +304,8 @@ static char *compile_create_batch(const bf_definition *d)
     return bf_strbuf_take(&sb);
 }
 
-/* Callback batch fence. $1..$5 as the batch, $6 touched, $7 lease_ms. Returns the new
- * checkpoint; zero rows means fenced out. */
+/* Callback batch fence. $1..$5 as the batch, $6 touched, $7 lease_ms, $8 keys in the batch.
+ * Returns the new checkpoint; zero rows means fenced out. */
 static char *compile_fence(const bf_definition *d)
 {
     bf_strbuf sb;
@@ -315,7 +315,7 @@ static char *compile_fence(const bf_definition *d)
     bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
     bf_strbuf_add(&sb, " LIMIT 1) ");
-    add_fence_set(&sb, d, "bf_last", "$6::bigint", "(SELECT count(*) FROM bf_batch)");
+    add_fence_set(&sb, d, "bf_last", "$6::bigint", "$8::bigint");
     add_fence_where(&sb, d, "bf_last", true);
     bf_strbuf_add(&sb, " RETURNING f.checkpoint::text");
     return bf_strbuf_take(&sb);

@@ -516,13 +516,14 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
         bf__rollback(e);
         return err;
     }
-    char gen[24], lease[16], nt[24];
+    char gen[24], lease[16], nt[24], nk[24];
     worker_param_int(gen, sizeof gen, w->generation);
     worker_param_int(lease, sizeof lease, e->lease_ms);
     worker_param_int(nt, sizeof nt, txn.touched);
+    worker_param_int(nk, sizeof nk, *rows); /* the keys in bf_batch, counted when selected */
     const char *fp[] = {w->id,    gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
-                        w->bound, nt,  lease};
-    err = bf__exec(e, &r, "advance checkpoint", c->sql_fence, 7, fp);
+                        w->bound, nt,  lease,    nk};
+    err = bf__exec(e, &r, "advance checkpoint", c->sql_fence, 8, fp);
     if (err == BF_OK && PQntuples(r) == 0)
         err = bf__diag(e, BF_ERR_STALE, "batch: claim or generation no longer current (BFS01)");
     if (err == BF_OK)
