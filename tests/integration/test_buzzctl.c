@@ -171,6 +171,29 @@ static void fake_answer(fake *f, const Buzz__Backfill__V1__RequestEnvelope *env,
     free(packed);
 }
 
+/* Run buzzctl --url <a fresh scripted server> cmd... and answer its one request with OK and
+ * answer. */
+static void ctl_answered(ctl_run *r, const char *const *cmd, const ProtobufCMessage *answer)
+{
+    fake f;
+    fake_open(&f);
+    const char *args[16];
+    int n = 0;
+    args[n++] = "--url";
+    args[n++] = f.url;
+    for (int k = 0; cmd[k] != NULL; k++) {
+        assert_true(n < 15);
+        args[n++] = cmd[k];
+    }
+    args[n] = NULL;
+    ctl_start(r, args);
+    Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
+    fake_answer(&f, env, SC(OK), answer);
+    buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
+    ctl_finish(r);
+    fake_close(&f);
+}
+
 /* Bytes a terminal would act on: C0 controls but newline, DEL, raw C1 bytes, UTF-8 C1. */
 static void assert_printable(const char *s)
 {
@@ -317,37 +340,21 @@ static void test_server_text_is_made_printable(void **state)
     check.gating = gates;
 
     const struct {
-        const char *cmd[3];
+        const char *cmd[4];
         bool json;
         const ProtobufCMessage *answer;
         int exit_code;
     } cases[] = {
         {{"get", "demo.items_v1", NULL}, false, &get.base, 0},
-        {{"get", "demo.items_v1", NULL}, true, &get.base, 0},
-        {{"audit", NULL, NULL}, false, &audit.base, 0},
-        {{"audit", NULL, NULL}, true, &audit.base, 0},
+        {{"--json", "get", "demo.items_v1", NULL}, true, &get.base, 0},
+        {{"audit", NULL}, false, &audit.base, 0},
+        {{"--json", "audit", NULL}, true, &audit.base, 0},
         {{"validate", "demo.items_v1", NULL}, false, &vr.base, 7},
-        {{"ready", NULL, NULL}, false, &check.base, 8},
+        {{"ready", NULL}, false, &check.base, 8},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fake f;
-        fake_open(&f);
-        const char *args[10];
-        int n = 0;
-        args[n++] = "--url";
-        args[n++] = f.url;
-        if (cases[i].json)
-            args[n++] = "--json";
-        for (int k = 0; k < 3 && cases[i].cmd[k] != NULL; k++)
-            args[n++] = cases[i].cmd[k];
-        args[n] = NULL;
         ctl_run r;
-        ctl_start(&r, args);
-        Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
-        fake_answer(&f, env, SC(OK), cases[i].answer);
-        buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
-        ctl_finish(&r);
-        fake_close(&f);
+        ctl_answered(&r, cases[i].cmd, cases[i].answer);
         if (r.status != cases[i].exit_code)
             fail_msg("case %zu: exit %d, stderr: %s", i, r.status, r.err);
         assert_printable(r.out);
@@ -399,16 +406,9 @@ static void test_progress_counts_keys_passed(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         p.has_rows_covered = cases[i].covered;
         p.rows_covered = cases[i].covered ? 400 : 0;
-        fake f;
-        fake_open(&f);
-        const char *args[] = {"--url", f.url, "get", "demo.items_v1", NULL};
+        static const char *const cmd[] = {"get", "demo.items_v1", NULL};
         ctl_run r;
-        ctl_start(&r, args);
-        Buzz__Backfill__V1__RequestEnvelope *env = fake_recv(&f);
-        fake_answer(&f, env, SC(OK), &get.base);
-        buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
-        ctl_finish(&r);
-        fake_close(&f);
+        ctl_answered(&r, cmd, &get.base);
         assert_int_equal(r.status, 0);
         if (strstr(r.out, cases[i].progress) == NULL || strstr(r.out, cases[i].rate) == NULL ||
             strstr(r.out, cases[i].eta) == NULL)
