@@ -65,9 +65,7 @@ static int passed;
 
 static int setup(void **state)
 {
-    bd_setup("c06b");
-    bt_db_create("c06b");
-    pg = bt_connect();
+    pg = bd_suite_open("c06b");
     bt_install_barrier(pg);
     bt_make_items(pg, "c06b_items", ROWS);
     bt_make_items(pg, "c06b_other", 100);
@@ -81,9 +79,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    PQfinish(pg);
-    bt_db_drop();
-    bd_teardown(passed != 2);
+    bd_suite_close(NULL, pg, passed != 2);
     return 0;
 }
 

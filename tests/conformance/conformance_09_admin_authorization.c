@@ -66,9 +66,7 @@ typedef struct cred {
 
 static int setup(void **state)
 {
-    bd_setup("c09");
-    bt_db_create("c09");
-    pg = bt_connect();
+    pg = bd_suite_open("c09");
     bt_make_items(pg, "c09_items", 200);
     bd_migrate(NULL);
     return 0;
@@ -76,11 +74,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    if (d.pid > 0)
-        bd_stop(&d);
-    PQfinish(pg);
-    bt_db_drop();
-    bd_teardown(failed_once);
+    bd_suite_close(&d, pg, failed_once);
     return 0;
 }
 

@@ -63,9 +63,7 @@ static bool all_passed;
 
 static int setup(void **state)
 {
-    bd_setup("c10");
-    bt_db_create("c10");
-    pg = bt_connect();
+    pg = bd_suite_open("c10");
     bt_make_items(pg, "c10_dup", 300);
     bt_make_items(pg, "c10_items", 300);
     bd_migrate(NULL);
@@ -80,11 +78,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    if (d.pid > 0)
-        bd_stop(&d);
-    PQfinish(pg);
-    bt_db_drop();
-    bd_teardown(!all_passed);
+    bd_suite_close(&d, pg, !all_passed);
     return 0;
 }
 

@@ -178,9 +178,7 @@ static void *held_main(void *p)
 
 static int setup(void **state)
 {
-    bd_setup("c11");
-    bt_db_create("c11");
-    pg = bt_connect();
+    pg = bd_suite_open("c11");
     bt_install_barrier(pg);
     bt_make_items(pg, "c11_items", 300);
     bt_exec(pg, "CREATE TABLE c11_ctl (sneaky boolean NOT NULL);"
@@ -203,14 +201,10 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    if (d.pid > 0)
-        bd_stop(&d);
     PQfinish(holder);
-    PQfinish(pg);
     free(immutable);
     free(target);
-    bt_db_drop();
-    bd_teardown(!all_passed);
+    bd_suite_close(&d, pg, !all_passed);
     return 0;
 }
 

@@ -73,9 +73,7 @@ typedef struct bad_case {
 
 static int setup(void **state)
 {
-    bd_setup("badin");
-    bt_db_create("badin");
-    pg = bt_connect();
+    pg = bd_suite_open("badin");
     bt_make_items(pg, "c09_items", 100);
     bd_migrate(NULL);
     bd_options o = bd_defaults();
@@ -93,11 +91,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    if (d.pid > 0)
-        bd_stop(&d);
-    PQfinish(pg);
-    bt_db_drop();
-    bd_teardown(!all_passed);
+    bd_suite_close(&d, pg, !all_passed);
     return 0;
 }
 

@@ -106,6 +106,22 @@ void bd_setup(const char *name)
     fclose(f);
 }
 
+PGconn *bd_suite_open(const char *name)
+{
+    bd_setup(name);
+    bt_db_create(name);
+    return bt_connect();
+}
+
+void bd_suite_close(bd_daemon *d, PGconn *pg, bool keep)
+{
+    if (d != NULL && d->pid > 0)
+        bd_stop(d);
+    PQfinish(pg);
+    bt_db_drop();
+    bd_teardown(keep);
+}
+
 const char *bd_dir(void)
 {
     return bd.dir;

@@ -103,6 +103,12 @@ int bd_signal_wait(bd_daemon *d, int sig);
 void bd_stop(bd_daemon *d);
 /* SIGKILL: no cleanup at all (a crash). */
 void bd_kill(bd_daemon *d);
+/* A daemon suite's fixture: bd_setup(name), the suite database (bt_db_create(name)) and a
+ * connection to it. */
+PGconn *bd_suite_open(const char *name);
+/* Undo bd_suite_open: stop d when it runs (d may be NULL), close pg, drop the suite database,
+ * bd_teardown(keep). */
+void bd_suite_close(bd_daemon *d, PGconn *pg, bool keep);
 bool bd_log_contains(const bd_daemon *d, const char *text);
 /* Wait at most 60 s for text to appear in the daemon's log. */
 void bd_wait_log(const bd_daemon *d, const char *text);
