@@ -269,7 +269,7 @@ static bench_sample bench_engine(bench_ctx *b, int batch)
         if (err != BF_OK)
             bench_die("engine step: %s: %s", bf_err_str(err), bf_engine_diag(e));
         if (info.step == BF_STEP_BATCH) {
-            batches++;
+            batches += info.batches;
             continue;
         }
         if (info.step == BF_STEP_VALIDATING && t1 == 0) {

@@ -13,6 +13,7 @@
  * kernel and faulted in again: profiling a worker's backend showed that page-fault and brk
  * time was the largest cost the engine paid over a server-side loop (docs/benchmarks.md).
  */
+#include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -141,7 +142,8 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
 {
     if (out == NULL || cfg == NULL || cfg->conninfo == NULL)
         return BF_ERR_INVALID_ARGUMENT;
-    if (cfg->lease_ms != 0 && cfg->lease_ms < 100)
+    if ((cfg->lease_ms != 0 && cfg->lease_ms < 100) || cfg->step_ms < 0 || cfg->step_batches < 0 ||
+        cfg->step_ms > 3600000 || cfg->statement_timeout_ms < 0)
         return BF_ERR_INVALID_ARGUMENT;
     bf_engine *e = calloc(1, sizeof *e);
     if (e == NULL)
@@ -151,6 +153,9 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
     e->lease_ms = cfg->lease_ms ? cfg->lease_ms : 30000;
     e->statement_timeout_ms = cfg->statement_timeout_ms ? cfg->statement_timeout_ms : 10000;
     e->lock_timeout_ms = cfg->lock_timeout_ms ? cfg->lock_timeout_ms : 2000;
+    e->step_ms = cfg->step_ms ? cfg->step_ms : 200;
+    e->step_batches = cfg->step_batches ? cfg->step_batches : 1000;
+    e->stop_fd = -1;
     e->log = cfg->log;
     e->log_arg = cfg->log_arg;
     if (cfg->owner != NULL && cfg->owner[0] != '\0') {
@@ -218,12 +223,65 @@ static bf_err exec_result(bf_engine *e, PGresult *r, PGresult **out, const char 
     return err;
 }
 
+bool bf__wait_result(bf_engine *e)
+{
+    PGconn *conn = e->conn;
+    while (PQisBusy(conn)) {
+        bool watch = e->stop_fd >= 0 && !e->cancelled;
+        struct pollfd pfd[2] = {{.fd = PQsocket(conn), .events = POLLIN},
+                                {.fd = watch ? e->stop_fd : -1, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return false;
+        }
+        if (watch && pfd[1].revents != 0 && atomic_load(e->stop)) {
+            char errbuf[256];
+            PGcancel *cancel = PQgetCancel(conn);
+            if (cancel != NULL && PQcancel(cancel, errbuf, sizeof errbuf) == 1)
+                bf__log(e, BF_LOG_INFO, "stop: cancelled the statement in flight");
+            else
+                bf__log(e, BF_LOG_WARN, "stop: could not cancel the statement in flight");
+            PQfreeCancel(cancel);
+            e->cancelled = true;
+        }
+        if (pfd[0].revents != 0 && PQconsumeInput(conn) != 1)
+            return false;
+    }
+    return true;
+}
+
+/* The outcome of a sent statement, as PQexec would return it: its last result, or its first
+ * failed one. NULL only when the connection failed. */
+static PGresult *exec_collect(bf_engine *e)
+{
+    PGresult *keep = NULL, *r;
+    while (bf__wait_result(e) && (r = PQgetResult(e->conn)) != NULL) {
+        ExecStatusType st = PQresultStatus(keep);
+        if (keep != NULL && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            PQclear(r); /* keep the first failure */
+            continue;
+        }
+        PQclear(keep);
+        keep = r;
+    }
+    return keep;
+}
+
+static bf_err exec_sent(bf_engine *e, bool sent, PGresult **out, const char *what)
+{
+    PGresult *r = sent ? exec_collect(e) : NULL;
+    if (r == NULL)
+        return bf__pg_error(e, NULL, what);
+    return exec_result(e, r, out, what);
+}
+
 bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
                 const char *const *params)
 {
     e->sqlstate[0] = '\0';
-    return exec_result(e, PQexecParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0), out,
-                       what);
+    bool sent = PQsendQueryParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0) == 1;
+    return exec_sent(e, sent, out, what);
 }
 
 bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
@@ -242,7 +300,8 @@ bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stm
             return err;
         e->stmt_prepared |= 1u << stmt;
     }
-    return exec_result(e, PQexecPrepared(e->conn, name, nparams, params, NULL, NULL, 0), out, what);
+    bool sent = PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, 0) == 1;
+    return exec_sent(e, sent, out, what);
 }
 
 bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,

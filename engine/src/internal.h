@@ -22,7 +22,8 @@ typedef struct bf_compiled {
     char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
     char *sql_estimate; /* planner row estimate of the source table */
     char *sql_unique;   /* is the key unique and NOT NULL? (text verdict, NULL: no table) */
-    char *sql_batch[2]; /* declarative batch: [0] before any checkpoint, [1] after one */
+    char *sql_loop;     /* declarative: CREATE the batch loop procedure (pg_temp.bf_loop_<i>) */
+    char *sql_call;     /* declarative: CALL it, one step of up to max batches */
     char *sql_keys[2]; /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3
                           after) */
     char *sql_vchunk[2];    /* declarative validation chunk: count, bad, last key */
@@ -56,13 +57,20 @@ struct bf_engine {
     int lease_ms;
     int statement_timeout_ms;
     int lock_timeout_ms;
+    int step_ms;
+    int step_batches;
     bf_log_fn log;
     void *log_arg;
-    unsigned char *prepared; /* per registry index: bit 0 batch first, bit 1 batch next */
+    unsigned char *prepared; /* per registry index: bit 0 loop procedure created */
     uint32_t stmt_prepared;  /* bit per bf_stmt: prepared on this connection */
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
     bool listening;   /* LISTEN buzz_backfill issued on this connection (bf__wait_notify) */
+    /* while a worker steps: its wake pipe and stop flag (stop_fd -1 otherwise). A stop request
+     * then cancels the statement in flight, once per step (cancelled). */
+    int stop_fd;
+    atomic_bool *stop;
+    bool cancelled;
 };
 
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
@@ -70,6 +78,10 @@ void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
 /* Set the engine's client-safe diagnostic (bounded); returns err for tail calls. */
 bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Wait until the next result of a sent statement can be read without blocking; meanwhile a
+ * worker's stop request cancels the statement (see stop_fd). false when the connection failed. */
+bool bf__wait_result(bf_engine *e);
 
 /* Make sure the connection is usable, reconnecting once when it broke. */
 bf_err bf__ensure_conn(bf_engine *e);

@@ -100,6 +100,9 @@ static bf_err definition_check(const bf_definition *d, char *diag, size_t len)
     bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
     if (d->mutate == NULL && (d->update_set == NULL || d->update_set[0] == '\0' || !has_repair))
         return def_error(diag, len, d->id, "needs update_set and needs_repair, or mutate");
+    if (d->mutate == NULL &&
+        (strstr(d->update_set, "$bf$") != NULL || strstr(d->needs_repair, "$bf$") != NULL))
+        return def_error(diag, len, d->id, "update_set and needs_repair must not contain $bf$");
     if (d->validate == NULL && !has_repair && !has_post)
         return def_error(diag, len, d->id, "needs needs_repair, postcondition or validate");
     if (!meta_valid(d->description) || !meta_valid(d->owner) || !meta_valid(d->revision))
@@ -138,16 +141,41 @@ static void add_tuple(bf_strbuf *sb, const bf_definition *d, const char *p)
         bf_strbuf_add(sb, ")");
 }
 
-/* ($n::text[])[1]::T1  or  (($n::text[])[1]::T1, ($n::text[])[2]::T2) */
-static void add_param(bf_strbuf *sb, const bf_definition *d, int n)
+/* Where a key value comes from: a text[] parameter ("($n::text[])[i]::Ti"), or the variables
+ * of the batch loop procedure ("bf.<var>i"). */
+typedef struct key_ref {
+    int param; /* > 0: $param::text[] */
+    char var;  /* else, when not 0: the loop's variables bf.<var>1, bf.<var>2, ... */
+} key_ref;
+
+#define KEY_NONE        ((key_ref){0, 0})
+#define KEY_PARAM(n)    ((key_ref){(n), 0})
+#define KEY_VAR(letter) ((key_ref){0, (letter)})
+
+static bool key_ref_set(key_ref r)
+{
+    return r.param > 0 || r.var != 0;
+}
+
+/* one key value, or a row of them for a compound key */
+static void add_value(bf_strbuf *sb, const bf_definition *d, key_ref r)
 {
     if (d->nkey > 1)
         bf_strbuf_add(sb, "(");
-    for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(sb, "%s($%d::text[])[%d]::%s", i ? ", " : "", n, i + 1,
-                       bf_key_type_name(d->key[i].type));
+    for (int i = 0; i < d->nkey; i++) {
+        if (r.param > 0)
+            bf_strbuf_addf(sb, "%s($%d::text[])[%d]::%s", i ? ", " : "", r.param, i + 1,
+                           bf_key_type_name(d->key[i].type));
+        else
+            bf_strbuf_addf(sb, "%sbf.%c%d", i ? ", " : "", r.var, i + 1);
+    }
     if (d->nkey > 1)
         bf_strbuf_add(sb, ")");
+}
+
+static void add_param(bf_strbuf *sb, const bf_definition *d, int n)
+{
+    add_value(sb, d, KEY_PARAM(n));
 }
 
 /* ARRAY[p."a"::text, p."b"::text] */
@@ -159,22 +187,23 @@ static void add_text_array(bf_strbuf *sb, const bf_definition *d, const char *p)
     bf_strbuf_add(sb, "]");
 }
 
-/* t.<key> > $after AND t.<key> <= $bound  (after omitted when after_param == 0) */
-static void add_range(bf_strbuf *sb, const bf_definition *d, int after_param, int bound_param)
+/* t.<key> > after AND t.<key> <= bound  (after omitted when not set) */
+static void add_range(bf_strbuf *sb, const bf_definition *d, key_ref after, key_ref bound)
 {
-    if (after_param > 0) {
+    if (key_ref_set(after)) {
         add_tuple(sb, d, "t");
         bf_strbuf_add(sb, " > ");
-        add_param(sb, d, after_param);
+        add_value(sb, d, after);
         bf_strbuf_add(sb, " AND ");
     }
     add_tuple(sb, d, "t");
     bf_strbuf_add(sb, " <= ");
-    add_param(sb, d, bound_param);
+    add_value(sb, d, bound);
 }
 
-/* SELECT t.keys FROM table t WHERE range ORDER BY keys LIMIT $limit */
-static void add_keyset(bf_strbuf *sb, const bf_definition *d, int after, int bound, int limit)
+/* SELECT t.keys FROM table t WHERE range ORDER BY keys LIMIT limit */
+static void add_keyset(bf_strbuf *sb, const bf_definition *d, key_ref after, key_ref bound,
+                       const char *limit)
 {
     bf_strbuf_add(sb, "SELECT ");
     add_cols(sb, d, "t", "");
@@ -184,100 +213,179 @@ static void add_keyset(bf_strbuf *sb, const bf_definition *d, int after, int bou
     add_range(sb, d, after, bound);
     bf_strbuf_add(sb, " ORDER BY ");
     add_cols(sb, d, "t", "");
-    bf_strbuf_addf(sb, " LIMIT $%d", limit);
+    bf_strbuf_addf(sb, " LIMIT %s", limit);
 }
 
-/* the fence shared by both batch forms: lifecycle, generation, owner, live claim, CAS on the
- * old checkpoint, and the new checkpoint strictly after the old and not beyond the bound */
-static void add_fence_where(bf_strbuf *sb, const bf_definition *d, const char *last_rel,
-                            bool has_checkpoint)
+/* The fence shared by both batch forms, as SQL expressions of the form that uses it. */
+typedef struct fence_sql {
+    const char *id, *generation, *owner, *old_checkpoint; /* what the row must still hold */
+    const char *new_checkpoint;                           /* text[] */
+    const char *touched;                                  /* rows the batch changed */
+    const char *covered;                                  /* keys it passed (the batch's size) */
+    const char *lease_ms;
+} fence_sql;
+
+/* The fenced checkpoint advance; the WHERE checks lifecycle, generation, owner, live claim and
+ * CAS on the old checkpoint. The caller appends: the new checkpoint strictly after the old one
+ * and not beyond the bound. */
+static void add_fence(bf_strbuf *sb, const fence_sql *f)
 {
-    bf_strbuf_add(sb, " WHERE f.id = $1 AND f.state = 'running' AND f.generation = $2::bigint"
-                      " AND f.claim_owner = $3 AND f.claim_expires_at > clock_timestamp()"
-                      " AND f.checkpoint IS NOT DISTINCT FROM $4::text[]"
-                      " AND EXISTS (SELECT 1 FROM ");
-    bf_strbuf_add(sb, last_rel);
-    bf_strbuf_add(sb, " l WHERE ");
-    add_tuple(sb, d, "l");
-    bf_strbuf_add(sb, " <= ");
-    add_param(sb, d, 5);
-    if (has_checkpoint) {
-        /* the callback fence serves both variants: no checkpoint yet means before all work */
-        bf_strbuf_add(sb, " AND ($4::text[] IS NULL OR ");
-        add_tuple(sb, d, "l");
-        bf_strbuf_add(sb, " > ");
-        add_param(sb, d, 4);
-        bf_strbuf_add(sb, ")");
-    }
-    bf_strbuf_add(sb, ")");
+    bf_strbuf_addf(sb,
+                   "UPDATE buzz_backfill.backfill f SET checkpoint = %s,"
+                   " rows_committed = f.rows_committed + %s, rows_covered = f.rows_covered + %s,"
+                   " batches_committed = f.batches_committed + 1, attempts = 0,"
+                   " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
+                   " updated_at = clock_timestamp(),"
+                   " claim_expires_at = clock_timestamp() + %s::integer * interval '1 ms'",
+                   f->new_checkpoint, f->touched, f->covered, f->lease_ms);
+    bf_strbuf_addf(sb,
+                   " WHERE f.id = %s AND f.state = 'running' AND f.generation = %s"
+                   " AND f.claim_owner = %s AND f.claim_expires_at > clock_timestamp()"
+                   " AND f.checkpoint IS NOT DISTINCT FROM %s",
+                   f->id, f->generation, f->owner, f->old_checkpoint);
 }
 
-/* touched: the rows the batch changed; covered: the keys it passed (the batch's size) */
-static void add_fence_set(bf_strbuf *sb, const bf_definition *d, const char *last_rel,
-                          const char *touched, const char *covered)
-{
-    bf_strbuf_add(sb, "UPDATE buzz_backfill.backfill f SET checkpoint = (SELECT ");
-    add_text_array(sb, d, "l");
-    bf_strbuf_addf(sb, " FROM %s l), rows_committed = f.rows_committed + %s,", last_rel, touched);
-    bf_strbuf_addf(sb, " rows_covered = f.rows_covered + %s,", covered);
-    bf_strbuf_add(sb, " batches_committed = f.batches_committed + 1, attempts = 0,"
-                      " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
-                      " updated_at = clock_timestamp(),"
-                      " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'");
-}
-
-/* Declarative batch: select, mutate, fence and verdict in one statement.
- * $1 id, $2 generation, $3 owner, $4 checkpoint, $5 bound, $6 limit, $7 lease_ms */
-static char *compile_batch(const bf_definition *d, bool has_checkpoint)
+/*
+ * The declarative batch loop: a PL/pgSQL procedure, created once per session in pg_temp (no
+ * shared DDL, so daemons of different builds never race on it), whose statements PostgreSQL
+ * plans once and keeps. One CALL runs batches until no admitted work remains, max batches
+ * were committed, or the deadline passed (checked after each COMMIT). Each batch is its own
+ * transaction: the keyset after the checkpoint within the bound (ORDER BY key LIMIT n), the
+ * mutation over that key range, the fenced checkpoint advance, the verdict (raises on a batch
+ * over its bound or a fence that matched nothing, which rolls back the whole batch: the
+ * batches committed before it stay), COMMIT. A pause or takeover committed while a batch is in
+ * flight changes the generation, and that batch's fence fails.
+ *
+ * The user's fragments (table, update_set, needs_repair) are embedded as written; with
+ * "#variable_conflict use_column" a name in them always means a column, and the procedure's
+ * own variables are always written qualified by the block label "bf".
+ */
+static char *compile_loop(const bf_definition *d, size_t index)
 {
     bf_strbuf sb;
     bf_strbuf_init(&sb);
-    /* the batch's last key and its size, without materialising the batch: one aggregate over
-     * the keyset for a single-column key; for a compound key row_number() streams over the
-     * keyset (already in key order) and a top-1 sort keeps the last row */
-    if (d->nkey == 1) {
-        bf_strbuf_addf(&sb,
-                       "WITH bf_last AS (SELECT max(k.\"%s\") AS \"%s\", count(*) AS bf_n"
-                       " FROM (",
-                       d->key[0].name, d->key[0].name);
-        add_keyset(&sb, d, has_checkpoint ? 4 : 0, 5, 6);
-        bf_strbuf_add(&sb, ") k HAVING count(*) > 0), bf_mutated AS (UPDATE ");
-    } else {
-        bf_strbuf_add(&sb, "WITH bf_last AS (SELECT ");
-        add_cols(&sb, d, "s", "");
-        bf_strbuf_add(&sb, ", s.bf_n FROM (SELECT ");
-        add_cols(&sb, d, "k", "");
-        bf_strbuf_add(&sb, ", row_number() OVER (ORDER BY ");
-        add_cols(&sb, d, "k", "");
-        bf_strbuf_add(&sb, ") AS bf_n FROM (");
-        add_keyset(&sb, d, has_checkpoint ? 4 : 0, 5, 6);
-        bf_strbuf_add(&sb, ") k) s ORDER BY ");
-        add_cols(&sb, d, "s", " DESC");
-        bf_strbuf_add(&sb, " LIMIT 1), bf_mutated AS (UPDATE ");
+    bf_strbuf_addf(&sb,
+                   "CREATE OR REPLACE PROCEDURE pg_temp.bf_loop_%zu(p_id text, p_generation"
+                   " bigint, p_owner text, p_bound text[], p_limit integer, p_lease_ms integer,"
+                   " p_max_batches integer, p_step_ms integer, INOUT checkpoint text[],"
+                   " INOUT status text, INOUT batches bigint, INOUT rows_covered bigint,"
+                   " INOUT rows_touched bigint) LANGUAGE plpgsql AS $bf$\n"
+                   "#variable_conflict use_column\n<<bf>>\nDECLARE\n",
+                   index);
+    for (int i = 0; i < d->nkey; i++) {
+        const char *type = bf_key_type_name(d->key[i].type);
+        bf_strbuf_addf(&sb, "  b%d %s := p_bound[%d]::%s;\n", i + 1, type, i + 1, type);
+        bf_strbuf_addf(&sb, "  c%d %s := checkpoint[%d]::%s;\n", i + 1, type, i + 1, type);
+        bf_strbuf_addf(&sb, "  l%d %s;\n", i + 1, type);
     }
-    add_table(&sb, d->table);
-    /* the batch's rows as one key range, after the checkpoint up to the batch's last key: under
-     * the statement's one snapshot exactly the keyset's rows, as one index range scan instead
-     * of one index descent per key (about 1.5x faster per row, see docs/benchmarks.md) */
-    bf_strbuf_addf(&sb, " t SET %s WHERE ", d->update_set);
-    if (has_checkpoint) {
-        add_tuple(&sb, d, "t");
-        bf_strbuf_add(&sb, " > ");
-        add_param(&sb, d, 4);
-        bf_strbuf_add(&sb, " AND ");
+    bf_strbuf_add(&sb,
+                  "  has_cp boolean := checkpoint IS NOT NULL;\n"
+                  "  cp text[] := checkpoint;\n"
+                  "  next_cp text[];\n"
+                  "  id text := p_id;\n"
+                  "  gen bigint := p_generation;\n"
+                  "  owner text := p_owner;\n"
+                  "  lim integer := p_limit;\n"
+                  "  lease integer := p_lease_ms;\n"
+                  "  n bigint;\n"
+                  "  touched bigint;\n"
+                  "  fenced bigint;\n"
+                  "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
+                  "BEGIN\n"
+                  "  status := 'more'; batches := 0; rows_covered := 0; rows_touched := 0;\n"
+                  "  LOOP\n");
+    /* the batch's last key and size: one aggregate for a single-column key; for a compound key
+     * row_number() streams over the keyset and a top-1 sort keeps the last row */
+    for (int v = 1; v >= 0; v--) {
+        bf_strbuf_add(&sb, v ? "    IF bf.has_cp THEN\n      SELECT " : "    ELSE\n      SELECT ");
+        key_ref after = v ? KEY_VAR('c') : KEY_NONE;
+        if (d->nkey == 1) {
+            bf_strbuf_addf(&sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
+            add_keyset(&sb, d, after, KEY_VAR('b'), "bf.lim");
+            bf_strbuf_add(&sb, ") k;\n");
+        } else {
+            add_cols(&sb, d, "s", "");
+            bf_strbuf_add(&sb, ", s.bf_n INTO ");
+            for (int i = 0; i < d->nkey; i++)
+                bf_strbuf_addf(&sb, "bf.l%d, ", i + 1);
+            bf_strbuf_add(&sb, "bf.n FROM (SELECT ");
+            add_cols(&sb, d, "k", "");
+            bf_strbuf_add(&sb, ", row_number() OVER (ORDER BY ");
+            add_cols(&sb, d, "k", "");
+            bf_strbuf_add(&sb, ") AS bf_n FROM (");
+            add_keyset(&sb, d, after, KEY_VAR('b'), "bf.lim");
+            bf_strbuf_add(&sb, ") k) s ORDER BY ");
+            add_cols(&sb, d, "s", " DESC");
+            bf_strbuf_add(&sb, " LIMIT 1;\n");
+        }
     }
-    add_tuple(&sb, d, "t");
-    bf_strbuf_add(&sb, " <= (SELECT ");
-    add_cols(&sb, d, "l", "");
-    bf_strbuf_addf(&sb, " FROM bf_last l) AND (%s) RETURNING 1), bf_fence AS (", d->needs_repair);
-    add_fence_set(&sb, d, "bf_last", "(SELECT count(*) FROM bf_mutated)",
-                  "(SELECT bf_n FROM bf_last)");
-    add_fence_where(&sb, d, "bf_last", has_checkpoint);
-    bf_strbuf_add(&sb, " RETURNING f.checkpoint) SELECT buzz_backfill.batch_verdict("
-                       "coalesce((SELECT bf_n FROM bf_last), 0), (SELECT count(*) FROM bf_mutated),"
-                       " (SELECT count(*) FROM bf_fence), $6::bigint),"
-                       " coalesce((SELECT bf_n FROM bf_last), 0),"
-                       " (SELECT checkpoint::text FROM bf_fence)");
+    bf_strbuf_add(&sb, "    END IF;\n"
+                       "    IF coalesce(bf.n, 0) = 0 THEN\n"
+                       "      status := 'end';\n"
+                       "      EXIT;\n"
+                       "    END IF;\n");
+    /* the mutation over the batch's key range, after the checkpoint up to the batch's last
+     * key: under the statement's snapshot exactly the keyset's rows (the key is unique), as
+     * one index range scan */
+    for (int v = 1; v >= 0; v--) {
+        bf_strbuf_add(&sb, v ? "    IF bf.has_cp THEN\n      UPDATE " : "    ELSE\n      UPDATE ");
+        add_table(&sb, d->table);
+        bf_strbuf_addf(&sb, " t SET %s WHERE ", d->update_set);
+        add_range(&sb, d, v ? KEY_VAR('c') : KEY_NONE, KEY_VAR('l'));
+        bf_strbuf_addf(&sb, " AND (%s);\n", d->needs_repair);
+    }
+    bf_strbuf_add(&sb, "    END IF;\n"
+                       "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
+                       "    bf.next_cp := ");
+    bf_strbuf_add(&sb, "ARRAY[");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "%sbf.l%d::text", i ? ", " : "", i + 1);
+    bf_strbuf_add(&sb, "];\n    ");
+    const fence_sql fence = {.id = "bf.id",
+                             .generation = "bf.gen",
+                             .owner = "bf.owner",
+                             .old_checkpoint = "bf.cp",
+                             .new_checkpoint = "bf.next_cp",
+                             .touched = "bf.touched",
+                             .covered = "bf.n",
+                             .lease_ms = "bf.lease"};
+    add_fence(&sb, &fence);
+    bf_strbuf_add(&sb, " AND ");
+    add_value(&sb, d, KEY_VAR('l'));
+    bf_strbuf_add(&sb, " <= ");
+    add_value(&sb, d, KEY_VAR('b'));
+    bf_strbuf_add(&sb, " AND (NOT bf.has_cp OR ");
+    add_value(&sb, d, KEY_VAR('l'));
+    bf_strbuf_add(&sb, " > ");
+    add_value(&sb, d, KEY_VAR('c'));
+    bf_strbuf_add(&sb, ");\n"
+                       "    GET DIAGNOSTICS bf.fenced = ROW_COUNT;\n"
+                       "    PERFORM buzz_backfill.batch_verdict(bf.n, bf.touched, bf.fenced,"
+                       " bf.lim);\n"
+                       "    COMMIT;\n"
+                       "    bf.has_cp := true;\n"
+                       "    bf.cp := bf.next_cp;\n"
+                       "    checkpoint := bf.next_cp;\n");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(&sb, "    bf.c%d := bf.l%d;\n", i + 1, i + 1);
+    bf_strbuf_add(&sb,
+                  "    batches := batches + 1;\n"
+                  "    rows_covered := rows_covered + bf.n;\n"
+                  "    rows_touched := rows_touched + bf.touched;\n"
+                  "    EXIT WHEN batches >= p_max_batches OR clock_timestamp() >= bf.deadline;\n"
+                  "  END LOOP;\n"
+                  "END $bf$");
+    return bf_strbuf_take(&sb);
+}
+
+static char *compile_call(size_t index)
+{
+    bf_strbuf sb;
+    bf_strbuf_init(&sb);
+    bf_strbuf_addf(&sb,
+                   "CALL pg_temp.bf_loop_%zu($1, $2::bigint, $3, $4::text[], $5::integer,"
+                   " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL, NULL)",
+                   index);
     return bf_strbuf_take(&sb);
 }
 
@@ -288,7 +396,7 @@ static char *compile_keys(const bf_definition *d, bool has_after)
     bf_strbuf sb;
     bf_strbuf_init(&sb);
     bf_strbuf_add(&sb, "INSERT INTO bf_batch ");
-    add_keyset(&sb, d, has_after ? 3 : 0, 1, 2);
+    add_keyset(&sb, d, has_after ? KEY_PARAM(3) : KEY_NONE, KEY_PARAM(1), "$2");
     return bf_strbuf_take(&sb);
 }
 
@@ -304,8 +412,8 @@ static char *compile_create_batch(const bf_definition *d)
     return bf_strbuf_take(&sb);
 }
 
-/* Callback batch fence. $1..$5 as the batch, $6 touched, $7 lease_ms, $8 keys in the batch.
- * Returns the new checkpoint; zero rows means fenced out. */
+/* Callback batch fence. $1 id, $2 generation, $3 owner, $4 checkpoint, $5 bound, $6 touched,
+ * $7 lease_ms, $8 keys in the batch. Returns the new checkpoint; zero rows means fenced out. */
 static char *compile_fence(const bf_definition *d)
 {
     bf_strbuf sb;
@@ -315,9 +423,36 @@ static char *compile_fence(const bf_definition *d)
     bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
     bf_strbuf_add(&sb, " LIMIT 1) ");
-    add_fence_set(&sb, d, "bf_last", "$6::bigint", "$8::bigint");
-    add_fence_where(&sb, d, "bf_last", true);
-    bf_strbuf_add(&sb, " RETURNING f.checkpoint::text");
+    bf_strbuf add;
+    bf_strbuf_init(&add);
+    bf_strbuf_add(&add, "(SELECT ");
+    add_text_array(&add, d, "l");
+    bf_strbuf_add(&add, " FROM bf_last l)");
+    char *new_checkpoint = bf_strbuf_take(&add);
+    if (new_checkpoint == NULL) {
+        bf_strbuf_fini(&sb);
+        return NULL;
+    }
+    const fence_sql fence = {.id = "$1",
+                             .generation = "$2::bigint",
+                             .owner = "$3",
+                             .old_checkpoint = "$4::text[]",
+                             .new_checkpoint = new_checkpoint,
+                             .touched = "$6::bigint",
+                             .covered = "$8::bigint",
+                             .lease_ms = "$7"};
+    add_fence(&sb, &fence);
+    free(new_checkpoint);
+    /* the new checkpoint within the bound and, when there is one, after the old checkpoint */
+    bf_strbuf_add(&sb, " AND EXISTS (SELECT 1 FROM bf_last l WHERE ");
+    add_tuple(&sb, d, "l");
+    bf_strbuf_add(&sb, " <= ");
+    add_param(&sb, d, 5);
+    bf_strbuf_add(&sb, " AND ($4::text[] IS NULL OR ");
+    add_tuple(&sb, d, "l");
+    bf_strbuf_add(&sb, " > ");
+    add_param(&sb, d, 4);
+    bf_strbuf_add(&sb, ")) RETURNING f.checkpoint::text");
     return bf_strbuf_take(&sb);
 }
 
@@ -335,7 +470,7 @@ static char *compile_vchunk(const bf_definition *d, bool has_after)
         bf_strbuf_addf(&sb, ", (%s) IS TRUE AS bf_bad FROM ", d->needs_repair);
     add_table(&sb, d->table);
     bf_strbuf_add(&sb, " t WHERE ");
-    add_range(&sb, d, has_after ? 3 : 0, 1);
+    add_range(&sb, d, has_after ? KEY_PARAM(3) : KEY_NONE, KEY_PARAM(1));
     bf_strbuf_add(&sb, " ORDER BY ");
     add_cols(&sb, d, "t", "");
     bf_strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (SELECT ");
@@ -431,8 +566,9 @@ static void compiled_fini(bf_compiled *c)
     free(c->sql_bound);
     free(c->sql_unique);
     free(c->sql_estimate);
+    free(c->sql_loop);
+    free(c->sql_call);
     for (int i = 0; i < 2; i++) {
-        free(c->sql_batch[i]);
         free(c->sql_keys[i]);
         free(c->sql_vchunk[i]);
     }
@@ -443,7 +579,8 @@ static void compiled_fini(bf_compiled *c)
     memset(c, 0, sizeof *c);
 }
 
-static bf_err compile(const bf_definition *d, bf_compiled *c)
+/* index: the definition's place in its registry, which names its loop procedure */
+static bf_err compile(const bf_definition *d, size_t index, bf_compiled *c)
 {
     memset(c, 0, sizeof *c);
     c->def = d;
@@ -464,14 +601,15 @@ static bf_err compile(const bf_definition *d, bf_compiled *c)
     for (int v = 0; v < 2; v++) {
         c->sql_keys[v] = compile_keys(d, v == 1);
         ok = ok && c->sql_keys[v];
-        if (d->mutate == NULL) {
-            c->sql_batch[v] = compile_batch(d, v == 1);
-            ok = ok && c->sql_batch[v];
-        }
         if (d->validate == NULL) {
             c->sql_vchunk[v] = compile_vchunk(d, v == 1);
             ok = ok && c->sql_vchunk[v];
         }
+    }
+    if (d->mutate == NULL) {
+        c->sql_loop = compile_loop(d, index);
+        c->sql_call = compile_call(index);
+        ok = ok && c->sql_loop && c->sql_call;
     }
     if (d->prerequisite != NULL && d->prerequisite[0] != '\0') {
         bf_strbuf sb;
@@ -574,7 +712,7 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
         reg->items = items;
         reg->cap = cap;
     }
-    err = compile(def, &reg->items[reg->count]);
+    err = compile(def, reg->count, &reg->items[reg->count]);
     if (err != BF_OK)
         return err;
     reg->count++;

@@ -372,13 +372,14 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
 
 /* ---- batches --------------------------------------------------------------------------- */
 
-/* Read the results of a pipeline of ncmds commands and its sync. Keeps the result of command
- * keep; returns the first error. Leaves the connection out of pipeline mode. */
-static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kept)
+/* Read the results of one pipeline segment: ncmds commands and their sync. Keeps the result of
+ * command keep; returns the first error. After the last segment (last), leaves the connection
+ * out of pipeline mode. */
+static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kept, bool last)
 {
     bf_err first = BF_OK;
     for (int i = 0; i < ncmds; i++) {
-        PGresult *r = PQgetResult(e->conn);
+        PGresult *r = bf__wait_result(e) ? PQgetResult(e->conn) : NULL;
         if (r == NULL) {
             first = first != BF_OK ? first : bf__pg_error(e, NULL, "batch");
             break;
@@ -394,14 +395,14 @@ static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kep
                 first = bf__pg_error(e, r, "batch");
             PQclear(r);
         }
-        PGresult *end = PQgetResult(e->conn); /* NULL ends each command's results */
+        PGresult *end = bf__wait_result(e) ? PQgetResult(e->conn) : NULL; /* ends the results */
         if (end != NULL)
             PQclear(end);
     }
-    PGresult *sync = PQgetResult(e->conn);
+    PGresult *sync = bf__wait_result(e) ? PQgetResult(e->conn) : NULL;
     bool synced = sync != NULL && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
     PQclear(sync);
-    if (!synced || PQexitPipelineMode(e->conn) != 1) {
+    if (!synced || (last && PQexitPipelineMode(e->conn) != 1)) {
         /* the pipeline is in an unknown state: drop the connection, reconnect on next use */
         bf__log(e, BF_LOG_WARN, "batch pipeline desynchronised; reconnecting");
         PQfinish(e->conn);
@@ -416,50 +417,58 @@ static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kep
     return first;
 }
 
-static bf_err batch_prepare(bf_engine *e, size_t index, int variant, const char *sql, char *name,
-                            size_t cap)
+/* Create the definition's batch loop procedure on this connection, once per session. */
+static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
 {
-    bf__format(name, cap, "bf_batch_%zu_%d", index, variant);
-    if (e->prepared[index] & (1u << variant))
+    if (e->prepared[index] & 1u)
         return BF_OK;
-    PGresult *r = PQprepare(e->conn, name, sql, 0, NULL);
-    bf_err err = BF_OK;
-    if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        err = bf__pg_error(e, r, "prepare batch");
-    PQclear(r);
+    bf_err err = bf__exec0(e, "create batch loop", c->sql_loop, 0, NULL);
     if (err == BF_OK)
-        e->prepared[index] |= (unsigned char)(1u << variant);
+        e->prepared[index] |= 1u;
     return err;
 }
 
-/* The declarative batch: one pipelined transaction, one round trip. */
-static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *cp, size_t cap)
+/* A step's outcome from the batch loop. */
+typedef struct loop_result {
+    bool end; /* no admitted work remains after the checkpoint */
+    long batches, rows, touched;
+} loop_result;
+
+/*
+ * The declarative form: one CALL of the definition's loop procedure, which commits up to
+ * step_batches batches and starts none after step_ms, each batch its own fenced transaction.
+ * One round trip: the timeouts are set for the session, the CALL, the timeouts reset (two
+ * pipeline segments, so the reset runs even when the CALL failed). statement_timeout bounds
+ * the whole CALL: step_ms plus one batch's statement_timeout_ms.
+ */
+static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
 {
     bf_engine *e = w->e;
-    int variant = w->has_checkpoint ? 1 : 0;
-    char name[48];
-    bf_err err = batch_prepare(e, w->index, variant, w->c->sql_batch[variant], name, sizeof name);
+    bf_err err = loop_ensure(e, w->index, w->c);
     if (err != BF_OK)
         return err;
-    char gen[24], limit[16], lease[16], timeouts[128];
+    char gen[24], limit[16], lease[16], max[16], step_ms[16], timeouts[160];
     worker_param_int(gen, sizeof gen, w->generation);
     worker_param_int(limit, sizeof limit, w->c->def->batch_size);
     worker_param_int(lease, sizeof lease, e->lease_ms);
-    /* SET LOCAL of both timeouts as one statement (set_config(..., true) is SET LOCAL) */
+    worker_param_int(max, sizeof max, e->step_batches);
+    worker_param_int(step_ms, sizeof step_ms, e->step_ms);
     bf__format(timeouts, sizeof timeouts,
-               "SELECT set_config('statement_timeout', '%d', true),"
-               " set_config('lock_timeout', '%d', true)",
-               e->statement_timeout_ms, e->lock_timeout_ms);
-    const char *params[] = {w->id,    gen,   e->owner, w->has_checkpoint ? w->checkpoint : NULL,
-                            w->bound, limit, lease};
+               "SELECT set_config('statement_timeout', '%lld', false),"
+               " set_config('lock_timeout', '%d', false)",
+               (long long)e->step_ms + e->statement_timeout_ms, e->lock_timeout_ms);
+    const char *params[] = {w->id,    gen,     e->owner,
+                            w->bound, limit,   lease,
+                            max,      step_ms, w->has_checkpoint ? w->checkpoint : NULL};
     if (PQenterPipelineMode(e->conn) != 1)
         return bf__pg_error(e, NULL, "enter pipeline");
-    bool sent = PQsendQueryParams(e->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL, NULL,
-                                  NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, timeouts, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQsendQueryPrepared(e->conn, name, 7, params, NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQpipelineSync(e->conn) == 1;
+    bool sent =
+        PQsendQueryParams(e->conn, timeouts, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+        PQsendQueryParams(e->conn, w->c->sql_call, 9, NULL, params, NULL, NULL, 0) == 1 &&
+        PQpipelineSync(e->conn) == 1 &&
+        PQsendQueryParams(e->conn, "RESET statement_timeout", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+        PQsendQueryParams(e->conn, "RESET lock_timeout", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+        PQpipelineSync(e->conn) == 1;
     if (!sent) {
         bf__log(e, BF_LOG_WARN, "could not send batch: %s", PQerrorMessage(e->conn));
         PQfinish(e->conn);
@@ -467,15 +476,22 @@ static bf_err batch_declarative(bf_worker *w, long *rows, long *touched, char *c
         return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
     }
     PGresult *res = NULL;
-    err = pipeline_collect(e, 4, 2, &res);
+    err = pipeline_collect(e, 2, 1, &res, false);
+    if (e->conn != NULL) {
+        bf_err reset = pipeline_collect(e, 2, -1, NULL, true);
+        if (err == BF_OK)
+            err = reset;
+    }
     if (err != BF_OK) {
-        if (e->conn != NULL && PQtransactionStatus(e->conn) == PQTRANS_INERROR)
-            bf__rollback(e);
+        PQclear(res);
         return err;
     }
-    *touched = (long)bf__field_i64(res, 0, 0);
-    *rows = (long)bf__field_i64(res, 0, 1);
-    bf__copy(cp, cap, bf__field(res, 0, 2));
+    /* checkpoint, status, batches, rows_covered, rows_touched */
+    bf__copy(cp, cap, bf__isnull(res, 0, 0) ? "" : bf__field(res, 0, 0));
+    out->end = strcmp(bf__field(res, 0, 1), "end") == 0;
+    out->batches = (long)bf__field_i64(res, 0, 2);
+    out->rows = (long)bf__field_i64(res, 0, 3);
+    out->touched = (long)bf__field_i64(res, 0, 4);
     PQclear(res);
     return BF_OK;
 }
@@ -545,8 +561,27 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
  * a lost claim when a pause or takeover advanced the generation (worker_fail() then matches
  * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
  * batch that always outlasts its lease would be retried forever. */
+/* A stop request cancelled a statement of this step: the transaction it interrupted rolled
+ * back, and that is no failed attempt. What the step committed before stays; the claim is
+ * released for the next worker (again if the cancel, which the server applies asynchronously,
+ * reached the release instead). */
+static bf_err step_stopped(bf_worker *w, bf_step_info *info)
+{
+    bf__log(w->e, BF_LOG_INFO, "%s: stopped; the transaction in flight rolled back", w->id);
+    bf_err err = bf_worker_release(w);
+    if (err != BF_OK) {
+        w->has_claim = true; /* still names the claim: release it once more */
+        err = bf_worker_release(w);
+    }
+    info->step = BF_STEP_IDLE;
+    bf__copy(info->detail, sizeof info->detail, "stopped; the transaction in flight rolled back");
+    return err;
+}
+
 static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
 {
+    if (w->e->cancelled) /* the failure is the stop's cancel, or follows from it */
+        return step_stopped(w, info);
     if (err == BF_ERR_STALE)
         return worker_fail(w, BF_ERR_TIMEOUT, "claim expired before the work committed", info);
     return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
@@ -598,16 +633,22 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     bf_err err = step_prerequisite(w, info, &blocked);
     if (err != BF_OK || blocked)
         return err;
-    long rows = 0, touched = 0;
+    loop_result done = {.end = true};
     char cp[BF_KEY_TEXT_MAX * 2] = "", detail[BF_DIAG_MAX] = "";
     if (!w->bound_empty) {
-        err = w->c->def->mutate != NULL
-                  ? batch_callback(w, &rows, &touched, cp, sizeof cp, detail, sizeof detail)
-                  : batch_declarative(w, &rows, &touched, cp, sizeof cp);
+        if (w->c->def->mutate != NULL) {
+            done = (loop_result){0};
+            err =
+                batch_callback(w, &done.rows, &done.touched, cp, sizeof cp, detail, sizeof detail);
+            done.batches = done.rows > 0;
+            done.end = done.rows == 0;
+        } else {
+            err = batch_loop(w, &done, cp, sizeof cp);
+        }
         if (err != BF_OK)
             return step_failed(w, err, detail, info);
     }
-    if (rows == 0) { /* no admitted work remains after the checkpoint */
+    if (done.batches == 0 && done.end) { /* no admitted work remains after the checkpoint */
         err = worker_enter_validating(w);
         if (err != BF_OK)
             return step_failed(w, err, "", info);
@@ -615,11 +656,13 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
         return BF_OK;
     }
+    /* batches committed (the next step finds the end, when this one reached it) */
     w->has_checkpoint = true;
     bf__copy(w->checkpoint, sizeof w->checkpoint, cp);
     info->step = BF_STEP_BATCH;
-    info->rows = rows;
-    info->touched = touched;
+    info->batches = done.batches;
+    info->rows = done.rows;
+    info->touched = done.touched;
     bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
     return BF_OK;
 }
@@ -675,7 +718,13 @@ bf_err bf_worker_step(bf_worker *w, bf_step_info *out)
         return err;
     bf__copy(out->id, sizeof out->id, w->id);
     out->generation = w->generation;
+    bf_engine *e = w->e;
+    e->stop_fd = w->wake[0];
+    e->stop = &w->stop;
+    e->cancelled = false;
     err = w->state == BF_STATE_VALIDATING ? step_validating(w, out) : step_running(w, out);
+    e->stop_fd = -1;
+    e->stop = NULL;
     if (err == BF_OK && w->hooks.after_step != NULL)
         w->hooks.after_step(w->hooks.arg, out);
     return err;

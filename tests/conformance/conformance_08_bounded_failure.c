@@ -159,7 +159,8 @@ static bf_engine *worker_engine(const char *owner)
     bf_config cfg = {.conninfo = bt_db_conninfo(),
                      .owner = owner,
                      .statement_timeout_ms = 20000,
-                     .lock_timeout_ms = 100};
+                     .lock_timeout_ms = 100,
+                     .step_batches = 1}; /* one batch per step, as bt_engine */
     bf_engine *e = NULL;
     assert_int_equal(bf_engine_open(&e, &cfg, registry), BF_OK);
     return e;

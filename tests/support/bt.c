@@ -143,6 +143,13 @@ static void bt_log(void *arg, bf_log_level level, const char *msg)
         fprintf(stderr, "[engine %d] %s\n", (int)level, msg);
 }
 
+static int step_batches = 1;
+
+void bt_set_step_batches(int n)
+{
+    step_batches = n;
+}
+
 bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
 {
     bf_config cfg = {.conninfo = db_conninfo,
@@ -150,6 +157,7 @@ bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
                      .lease_ms = lease_ms,
                      .statement_timeout_ms = 20000,
                      .lock_timeout_ms = 20000,
+                     .step_batches = step_batches,
                      .log = getenv("BT_QUIET") ? NULL : bt_log};
     bf_engine *e = NULL;
     bf_err err = bf_engine_open(&e, &cfg, reg);
@@ -294,6 +302,7 @@ bf_engine *bt_engine_timeouts(const bf_registry *reg, const char *owner, int lea
                      .lease_ms = lease_ms,
                      .statement_timeout_ms = statement_timeout_ms,
                      .lock_timeout_ms = lock_timeout_ms,
+                     .step_batches = step_batches,
                      .log = getenv("BT_QUIET") ? NULL : bt_log};
     bf_engine *e = NULL;
     bf_err err = bf_engine_open(&e, &cfg, reg);
@@ -312,6 +321,7 @@ bf_engine *bt_child_engine(const bf_registry *reg, const char *owner, int lease_
                      .lease_ms = lease_ms,
                      .statement_timeout_ms = 60000,
                      .lock_timeout_ms = 60000,
+                     .step_batches = step_batches,
                      .log = getenv("BT_QUIET") ? NULL : bt_log};
     bf_engine *e = NULL;
     if (bf_engine_open(&e, &cfg, reg) != BF_OK)

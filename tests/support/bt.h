@@ -31,6 +31,11 @@ char *bt_text(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* Engine session on the test database with the given registry; migrated. */
 bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms);
+
+/* Batches one worker step of the engines made from now on may commit (bf_config.step_batches).
+ * The helpers default to 1, so a suite observes (and orders, through the step hooks) each batch
+ * of a declarative definition; 0 restores the engine's production default. */
+void bt_set_step_batches(int n);
 bf_registry *bt_registry(const bf_definition *const *defs, size_t n);
 
 /* Demo-style source tables. */

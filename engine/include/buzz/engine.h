@@ -41,6 +41,8 @@ typedef struct bf_config {
     int lease_ms;             /* claim validity; default 30000, at least 100 */
     int statement_timeout_ms; /* SET LOCAL per batch/validation statement; default 10000 */
     int lock_timeout_ms;      /* SET LOCAL lock_timeout; default 2000 */
+    int step_ms;              /* a worker step starts no batch after this; default 200 */
+    int step_batches;         /* batches one worker step may commit; default 1000 */
     bf_log_fn log;            /* optional */
     void *log_arg;
 } bf_config;
@@ -265,7 +267,7 @@ bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
 
 typedef enum bf_step {
     BF_STEP_IDLE = 0,       /* nothing claimed */
-    BF_STEP_BATCH = 1,      /* a batch committed */
+    BF_STEP_BATCH = 1,      /* one or more batches committed */
     BF_STEP_VALIDATING = 2, /* reached the bound, entered validating */
     BF_STEP_COMPLETED = 3,  /* validation succeeded, completed */
     BF_STEP_RETRY = 4,      /* attempt failed (or outlasted the claim), backoff scheduled,
@@ -281,8 +283,9 @@ typedef struct bf_step_info {
     bf_step step;
     char id[BF_ID_MAX + 1];
     int64_t generation;
-    long rows;    /* keys in the batch */
-    long touched; /* rows the mutation changed */
+    long batches; /* batches this step committed (BF_STEP_BATCH) */
+    long rows;    /* keys they passed */
+    long touched; /* rows their mutations changed */
     char checkpoint[BF_KEY_TEXT_MAX];
     char detail[BF_DIAG_MAX];
 } bf_step_info;
@@ -307,7 +310,11 @@ void bf_worker_free(bf_worker *worker);
  * registry lacks (the row is never claimed). */
 bf_err bf_worker_claim(bf_worker *worker, const char *id, int64_t *generation_out);
 
-/* Advance the held claim by one batch or one validation pass. */
+/* Advance the held claim by one validation pass or by batches: a callback definition one
+ * batch; a declarative one runs the batch loop inside PostgreSQL (one CALL), committing up to
+ * step_batches batches and starting none after step_ms, each batch its own fenced
+ * transaction. A pause or takeover fails the fence of the batch in flight (rolled back; the
+ * batches before it stay committed). */
 bf_err bf_worker_step(bf_worker *worker, bf_step_info *out);
 
 /* Extend the held claim. BF_ERR_STALE when it is no longer current. */
@@ -316,11 +323,12 @@ bf_err bf_worker_renew(bf_worker *worker);
 /* Release the held claim (fenced on owner and generation); no-op without one. */
 bf_err bf_worker_release(bf_worker *worker);
 
-/* Claim and step until stop is observed (checked at batch boundaries) or, when until_idle, no
- * eligible work remains. Releases its claim before returning. */
+/* Claim and step until stop is observed (checked between steps, so after at most step_ms and
+ * one batch) or, when until_idle, no eligible work remains. Releases its claim before
+ * returning. */
 bf_err bf_worker_run(bf_worker *worker, bool until_idle);
 
-/* Ask bf_worker_run to stop at the next batch boundary. Async-signal-safe. */
+/* Ask bf_worker_run to stop at the end of its current step. Async-signal-safe. */
 void bf_worker_stop(bf_worker *worker);
 
 #ifdef __cplusplus
