@@ -1,17 +1,21 @@
 /*
- * worker.c - claims and the batch loop.
+ * worker.c - claims, steps and the batch loop.
  *
  * Design notes (fencing): a claim is one UPDATE that takes an unowned or expired running or
  * validating row and advances its generation; renewal, release and every worker transition are
  * single UPDATEs fenced on (id, generation, owner, claim still valid by clock_timestamp(),
- * lifecycle). A declarative batch is one READ COMMITTED transaction sent as one pipeline:
- * BEGIN, the timeouts (SET LOCAL), one statement whose CTEs select the next keys after the
- * checkpoint within the bound (ORDER BY key LIMIT batch_size), mutate them, and advance the
- * checkpoint with a compare-and-swap fenced as above, then COMMIT. When the fence matches no
- * row, or the mutation touched more rows than the bound, batch_verdict() raises and the whole
- * transaction rolls back: mutation and checkpoint commit together or not at all. A pause or
- * takeover that commits while a batch is in flight changes the generation; the fence's
- * re-check of the locked row then fails, so a stale owner can never commit.
+ * lifecycle). A declarative step is one CALL of the definition's batch loop procedure
+ * (registry.c compile_loop, created once per session in pg_temp): batches after the checkpoint
+ * within the bound (ORDER BY key LIMIT batch_size), each its own READ COMMITTED transaction of
+ * selection, mutation, the fenced compare-and-swap of the checkpoint and batch_verdict(), which
+ * raises (rolling that batch back) when the fence matched no row or the batch went over its
+ * bound. A callback step is one such batch driven from here. A pause or takeover that commits
+ * while a batch is in flight changes the generation; the fence's re-check of the locked row
+ * then fails, so a stale owner can never commit.
+ *
+ * A step waits for its results on the connection and on the wake pipe (engine.c
+ * bf__wait_result): a stop request cancels the statement in flight, whose transaction rolls
+ * back; the step then releases the claim without recording a failed attempt.
  *
  * The worker's cached checkpoint is only a hint for the next statement: the CAS rejects it if
  * PostgreSQL disagrees, and the worker then re-claims and re-reads.

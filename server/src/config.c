@@ -92,6 +92,13 @@ static const key_def config_keys[] = {
      "statement_timeout of each batch and validation statement.", F(statement_timeout_ms), NOCOUNT},
     {"lock_timeout_ms", KT_INT, "2000", 1, 3600000, "MS",
      "lock_timeout of each batch and validation statement.", F(lock_timeout_ms), NOCOUNT},
+    {"step_ms", KT_INT, "200", 1, 60000, "MS",
+     "A worker step (one CALL of a declarative definition's batch loop inside PostgreSQL) "
+     "starts no batch after this long.",
+     F(step_ms), NOCOUNT},
+    {"step_batches", KT_INT, "1000", 1, 1000000, "N",
+     "Batches one worker step may commit (1: one round trip per batch).", F(step_batches),
+     NOCOUNT},
     {"request_retention_s", KT_INT, "86400", 60, 31536000, "SECONDS",
      "How long finished admin request records are kept for idempotent replay.",
      F(request_retention_s), NOCOUNT},
@@ -883,7 +890,8 @@ void srv_config_usage(FILE *f, const char *prog)
                 config_type_hint(d), d->def ? d->def : "not set", d->name, env);
         config_print_wrapped(f, 6, d->help);
     }
-    fprintf(f, "\nSignals: SIGTERM/SIGINT stop gracefully (the batch in flight commits or rolls\n"
-               "back, claims are released); SIGHUP reloads trusted keys and revoked tokens.\n"
+    fprintf(f, "\nSignals: SIGTERM/SIGINT stop gracefully (workers cancel the statement in flight,\n"
+               "which rolls back whole, and release their claims); SIGHUP reloads trusted keys\n"
+               "and revoked tokens.\n"
                "Exit status: 0 on success, 1 on any error (configuration, startup, runtime).\n");
 }

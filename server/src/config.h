@@ -23,7 +23,7 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       19 /* settings in the table */
+#define SRV_CONFIG_KEYS       21 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -51,6 +51,8 @@ typedef struct srv_config {
     int lease_ms;
     int statement_timeout_ms;
     int lock_timeout_ms;
+    int step_ms;
+    int step_batches;
     int request_retention_s;
     int ipc_socket_mode; /* 0600 or 0660 */
     bf_log_level log_level;

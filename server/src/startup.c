@@ -11,7 +11,8 @@
  * Pending required backfills are started only in automatic mode. Workers run in every mode:
  * already-started work (running, validating) is recovered whether or not automatic backfills
  * are on. Each worker thread owns its engine session and bf_worker; stopping sets the worker's
- * stop flag, so the batch in flight commits or rolls back and the claim is released.
+ * stop flag: the worker cancels the statement in flight (its transaction rolls back whole, no
+ * failed attempt is recorded), starts no other batch and releases its claim.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -189,6 +190,8 @@ void srv_context_init(srv_context *ctx, const srv_config *cfg, const bf_registry
         .lease_ms = cfg->lease_ms,
         .statement_timeout_ms = cfg->statement_timeout_ms,
         .lock_timeout_ms = cfg->lock_timeout_ms,
+        .step_ms = cfg->step_ms,
+        .step_batches = cfg->step_batches,
         .log = srv_log_sink,
     };
     atomic_init(&ctx->shutting_down, false);

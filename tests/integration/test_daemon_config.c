@@ -367,6 +367,8 @@ static void test_help_documents_every_key(void **state)
         "lease_ms",
         "statement_timeout_ms",
         "lock_timeout_ms",
+        "step_ms",
+        "step_batches",
         "request_retention_s",
         "ipc_socket_mode",
         "log_level",
