@@ -69,6 +69,13 @@ static void test_definition_validation(void **state)
     d = good();
     d.key[0].type = (bf_key_type)99;
     expect_rejected(d, "unsupported");
+    /* the batch loop procedure's body is quoted with $bf$ (registry.c compile_loop) */
+    d = good();
+    d.update_set = "fixed = length($bf$x$bf$)";
+    expect_rejected(d, "$bf$");
+    d = good();
+    d.needs_repair = "t.fixed IS NULL AND $bf$ $bf$ <> ''";
+    expect_rejected(d, "$bf$");
 }
 
 static void test_registry_duplicates_and_lookup(void **state)
