@@ -21,7 +21,7 @@
  *   - the generation advance in claim_sql: "generation = b.generation + 1" (without it the
  *     takeover keeps the old generation and the abandoned owner's batch commits);
  *   - the generation check of the batch fence, "f.generation = $2" in registry.c
- *     add_fence_where (the abandoned owner presents the current owner string, checkpoint and
+ *     add_fence (the abandoned owner presents the current owner string, checkpoint and
  *     a valid claim: only its stale generation rejects it at commit).
  */
 #include <pthread.h>

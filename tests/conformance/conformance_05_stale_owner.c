@@ -11,7 +11,7 @@
  * before), so a check made only before work starts would have let it commit.
  *
  * Guards proved (removing one makes a case here fail):
- *   - the batch's commit-time fence: registry.c add_fence_where (state running, generation,
+ *   - the batch's commit-time fence: registry.c add_fence (state running, generation,
  *     owner, claim still valid by clock_timestamp()) together with
  *     buzz_backfill.batch_verdict raising BFS01 when the fence matched no row, so the batch's
  *     target mutation rolls back with its checkpoint (cases pause and takeover);

@@ -21,7 +21,7 @@
  *     statement's "b.key_types = $4" (worker.c claim_sql);
  *   - claims restricted to registry IDs: worker.c worker_claim_id's registry lookup and the
  *     "id = ANY(registry ids)" filter of bf_worker_claim(w, NULL);
- *   - generation fencing of the prior owner's batch (registry.c add_fence_where and
+ *   - generation fencing of the prior owner's batch (registry.c add_fence and
  *     batch_verdict), exercised across processes after takeover.
  */
 #include <setjmp.h>

@@ -9,7 +9,9 @@
  *   2. manual mode: ready without a gate, every definition registered and left pending;
  *   3. automatic mode: the required backfills are started and gate readiness while their
  *      batches are held by a table lock the test owns; SIGTERM while those batches are in
- *      flight exits 0 after they commit, and leaves no claim in PostgreSQL;
+ *      flight (one declarative, one callback definition) cancels both, which roll back, and
+ *      exits 0 while the test still holds the lock, leaving no claim and no failed attempt in
+ *      PostgreSQL (guard: the cancel on stop, engine.c bf__wait_result, through the daemon);
  *   4. restart in automatic mode: the started work is recovered and the gate opens when the
  *      required backfills complete;
  *   5. manual mode recovers started work: an operator's Start through the admin API runs to
