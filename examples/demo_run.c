@@ -13,8 +13,8 @@
  *
  * Signals: SIGINT/SIGTERM are handled on the main thread only (workers block them). The
  * handler calls bf_worker_stop() (async-signal-safe); workers cancel the batch in flight (it
- * rolls back whole), release their claims and return. The rows stay running: a later run resumes from the
- * committed checkpoint. A second signal kills the process (SA_RESETHAND).
+ * rolls back whole), release their claims and return. The rows stay running: a later run resumes
+ * from the committed checkpoint. A second signal kills the process (SA_RESETHAND).
  */
 #include <errno.h>
 #include <getopt.h>

@@ -97,8 +97,7 @@ static const key_def config_keys[] = {
      "starts no batch after this long.",
      F(step_ms), NOCOUNT},
     {"step_batches", KT_INT, "1000", 1, 1000000, "N",
-     "Batches one worker step may commit (1: one round trip per batch).", F(step_batches),
-     NOCOUNT},
+     "Batches one worker step may commit (1: one round trip per batch).", F(step_batches), NOCOUNT},
     {"request_retention_s", KT_INT, "86400", 60, 31536000, "SECONDS",
      "How long finished admin request records are kept for idempotent replay.",
      F(request_retention_s), NOCOUNT},
@@ -890,8 +889,9 @@ void srv_config_usage(FILE *f, const char *prog)
                 config_type_hint(d), d->def ? d->def : "not set", d->name, env);
         config_print_wrapped(f, 6, d->help);
     }
-    fprintf(f, "\nSignals: SIGTERM/SIGINT stop gracefully (workers cancel the statement in flight,\n"
-               "which rolls back whole, and release their claims); SIGHUP reloads trusted keys\n"
-               "and revoked tokens.\n"
-               "Exit status: 0 on success, 1 on any error (configuration, startup, runtime).\n");
+    fprintf(f,
+            "\nSignals: SIGTERM/SIGINT stop gracefully (workers cancel the statement in flight,\n"
+            "which rolls back whole, and release their claims); SIGHUP reloads trusted keys\n"
+            "and revoked tokens.\n"
+            "Exit status: 0 on success, 1 on any error (configuration, startup, runtime).\n");
 }
