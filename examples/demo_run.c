@@ -310,8 +310,9 @@ static void demo_after_step(void *arg, const bf_step_info *s)
 {
     const demo_worker *dw = arg;
     if (s->step == BF_STEP_BATCH)
-        printf("  [w%d] %s gen %lld: batch of %ld keys, %ld repaired, checkpoint %s\n", dw->index,
-               s->id, (long long)s->generation, s->rows, s->touched, s->checkpoint);
+        printf("  [w%d] %s gen %lld: %ld %s, %ld keys, %ld repaired, checkpoint %s\n", dw->index,
+               s->id, (long long)s->generation, s->batches, s->batches == 1 ? "batch" : "batches",
+               s->rows, s->touched, s->checkpoint);
     else
         printf("  [w%d] %s gen %lld: %s%s%s\n", dw->index, s->id, (long long)s->generation,
                bf_step_name(s->step), s->detail[0] ? ": " : "", s->detail);

@@ -571,10 +571,11 @@ service_demo()
     echo "buzz-backfilld exited with status 0"
     if ((batch_report)); then
         echo
-        echo "--batch-report: the daemon logged each claim and (at debug level) each batch:"
-        grep -E ': (claimed|demo[.a-z_0-9]*: batch committed)' "$DAEMON_LOG" | head -n 6 |
+        echo "--batch-report: the daemon logged each claim and (at debug level) each worker step:"
+        grep -E ': (claimed|demo[.a-z_0-9]*: [0-9]+ batches committed)' "$DAEMON_LOG" | head -n 6 |
             sed 's/^/  /'
-        echo "  ... $(grep -c 'batch committed' "$DAEMON_LOG") committed batches in $DAEMON_LOG"
+        echo "  ... $(grep -c 'batches committed' "$DAEMON_LOG") worker steps that committed batches" \
+            "in $DAEMON_LOG"
     fi
 }
 

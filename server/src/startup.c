@@ -391,8 +391,8 @@ static void worker_after_step(void *arg, const bf_step_info *info)
 {
     switch (info->step) {
     case BF_STEP_BATCH:
-        srv_log(BF_LOG_DEBUG, "%s: batch committed, %ld keys, %ld rows changed", info->id,
-                info->rows, info->touched);
+        srv_log(BF_LOG_DEBUG, "%s: %ld batches committed, %ld keys, %ld rows changed", info->id,
+                info->batches, info->rows, info->touched);
         break;
     case BF_STEP_VALIDATING:
         srv_log(BF_LOG_INFO, "%s: reached its bound, validating", info->id);
