@@ -27,6 +27,10 @@ static const char session_setup[] =
     "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex';"
     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;"
     "SET application_name = 'buzz-backfill'; SET client_min_messages = 'warning';"
+    /* the batch loop's transactions start with the session's default: READ COMMITTED, as the
+     * fence is designed (a pause meeting a batch in flight fails the fence's re-check of the
+     * row's newest version, where REPEATABLE READ would raise a serialization failure) */
+    "SET default_transaction_isolation = 'read committed';"
     "SELECT length(repeat('x', 8388608))";
 
 void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
