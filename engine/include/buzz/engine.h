@@ -266,7 +266,8 @@ bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
 /* ---- workers --------------------------------------------------------------------------- */
 
 typedef enum bf_step {
-    BF_STEP_IDLE = 0,       /* nothing claimed */
+    BF_STEP_IDLE = 0,       /* nothing claimed (also: a stop cancelled the step, which rolled
+                               back its transaction in flight and released the claim) */
     BF_STEP_BATCH = 1,      /* one or more batches committed */
     BF_STEP_VALIDATING = 2, /* reached the bound, entered validating */
     BF_STEP_COMPLETED = 3,  /* validation succeeded, completed */
