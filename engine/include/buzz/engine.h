@@ -39,8 +39,9 @@ typedef struct bf_config {
     const char *conninfo;     /* libpq connection string or URL */
     const char *owner;        /* claim owner identity, e.g. "host:pid:worker"; default host:pid */
     int lease_ms;             /* claim validity; default 30000, at least 100 */
-    int statement_timeout_ms; /* SET LOCAL per batch/validation statement; default 10000 */
-    int lock_timeout_ms;      /* SET LOCAL lock_timeout; default 2000 */
+    int statement_timeout_ms; /* per batch/validation statement; default 10000 (a step's CALL
+                                 of the batch loop gets step_ms more) */
+    int lock_timeout_ms;      /* lock_timeout of batches and validation; default 2000 */
     int step_ms;              /* a worker step starts no batch after this; default 200 */
     int step_batches;         /* batches one worker step may commit; default 1000 */
     bf_log_fn log;            /* optional */
