@@ -10,7 +10,7 @@
  * claim; the test does not predict the winner (it learns it from the row), never chooses by
  * registration order or metadata, and asserts no precedence. The winner's batch is parked on a
  * barrier until its claim expires and the other process takes over: the parked batch is then
- * rejected by generation fencing and the new owner completes every row exactly once. A process
+ * rejected by the fence and the new owner completes every row exactly once. A process
  * whose registry lacks the ID never claims it, and a definition with other key types under the
  * same ID fails closed (registration refused, row untouched, no claim).
  *
@@ -21,8 +21,10 @@
  *     statement's "b.key_types = $4" (worker.c claim_sql);
  *   - claims restricted to registry IDs: worker.c worker_claim_id's registry lookup and the
  *     "id = ANY(registry ids)" filter of bf_worker_claim(w, NULL);
- *   - generation fencing of the prior owner's batch (registry.c add_fence and
- *     batch_verdict), exercised across processes after takeover.
+ *   - the commit-time fence of the prior owner's batch (registry.c add_fence: generation and
+ *     owner, either of which the takeover changed, and batch_verdict raising when the fence
+ *     matched nothing), exercised across processes after takeover; conformance_01 proves the
+ *     generation check alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
