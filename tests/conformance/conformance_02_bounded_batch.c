@@ -33,7 +33,6 @@
  *     bf__set_local_timeouts for callbacks): without it a blocked batch never ends and the
  *     step does not return within the deadline.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -328,38 +327,21 @@ static void test_compound_key_ties(void **state)
 
 /* ---- timeout: rollback and retryable --------------------------------------------------- */
 
-typedef struct stepper {
-    bf_worker *w;
-    bf_step_info info;
-    bf_err err;
-    atomic_bool done;
-} stepper;
-
-static void *stepper_main(void *arg)
-{
-    stepper *s = arg;
-    s->err = bf_worker_step(s->w, &s->info);
-    atomic_store(&s->done, true);
-    return NULL;
-}
-
 /* Step w on another thread while barrier is held; the step must end by itself (the statement
  * timeout) well before the deadline. The barrier is released in any case before joining. */
 static void step_past_timeout(bf_worker *w, int barrier, bf_step_info *info)
 {
     bt_lock(conn, barrier);
-    stepper s = {.w = w, .err = BF_ERR_INTERNAL};
-    atomic_init(&s.done, false);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, stepper_main, &s), 0);
-    for (int waited = 0; waited < STEP_DEADLINE && !atomic_load(&s.done); waited += 5)
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
+    for (int waited = 0; waited < STEP_DEADLINE && !atomic_load(&t.done); waited += 5)
         usleep(5000);
-    bool ended_by_itself = atomic_load(&s.done);
+    bool ended_by_itself = atomic_load(&t.done);
     bt_unlock(conn, barrier);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    bt_step_thread_join(&t, STEP_DEADLINE / 1000);
     assert_true(ended_by_itself);
-    assert_int_equal(s.err, BF_OK);
-    *info = s.info;
+    assert_int_equal(t.err, BF_OK);
+    *info = t.info;
 }
 
 static void check_timed_out(const char *id, const char *table)

@@ -24,7 +24,6 @@
  *     (migrate.c), and the callback fence's "PQntuples(r) == 0 -> BF_ERR_STALE" (worker.c):
  *     without them the mutation commits without its checkpoint.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,19 +209,6 @@ static void finish(const char *id, const char *table, long rows)
 
 /* ---- (a) the fence fails after the mutation -------------------------------------------- */
 
-typedef struct stepper {
-    bf_worker *w;
-    bf_step_info info;
-    bf_err err;
-} stepper;
-
-static void *stepper_main(void *arg)
-{
-    stepper *s = arg;
-    s->err = bf_worker_step(s->w, &s->info);
-    return NULL;
-}
-
 /* Run the worker's next batch into the barrier, pause the backfill while it waits there,
  * release it, and return what the batch reported. rows_locked: the test sees the batch's rows
  * 101..200 locked (already updated) by the waiting batch before it pauses. */
@@ -230,9 +216,8 @@ static bf_step batch_through_pause(bf_worker *w, const char *id, const char *tab
                                    bool rows_locked)
 {
     bt_lock(conn, barrier);
-    stepper s = {.w = w, .err = BF_ERR_INTERNAL};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, stepper_main, &s), 0);
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
     bt_wait_waiters(conn, barrier, 1);
     if (rows_locked) /* every row of the batch is already updated by the waiting transaction */
         assert_int_equal(bt_int(conn,
@@ -246,9 +231,9 @@ static bf_step batch_through_pause(bf_worker *w, const char *id, const char *tab
     assert_int_equal(row.state, BF_STATE_PAUSED);
     assert_int_equal(row.generation, before + 1);
     bt_unlock(conn, barrier);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(s.err, BF_OK);
-    return s.info.step;
+    bt_step_thread_join(&t, 60);
+    assert_int_equal(t.err, BF_OK);
+    return t.info.step;
 }
 
 static void run_fence_case(const char *id, const char *table, int barrier, bool rows_locked)

@@ -129,28 +129,7 @@ static const bf_actor operator_who = {.actor = "test-operator", .authority = "te
 
 static bf_registry *registry;
 
-/* ---- a worker step or an explicit validation on its own thread ------------------------- */
-
-typedef struct step_job {
-    pthread_t thread;
-    bf_worker *w;
-    bf_err err;
-    bf_step_info info;
-} step_job;
-
-static void *step_job_main(void *arg)
-{
-    step_job *job = arg;
-    job->err = bf_worker_step(job->w, &job->info);
-    return NULL;
-}
-
-static void step_job_start(step_job *job, bf_worker *w)
-{
-    memset(job, 0, sizeof *job);
-    job->w = w;
-    assert_int_equal(pthread_create(&job->thread, NULL, step_job_main, job), 0);
-}
+/* ---- an explicit validation on its own thread (a worker step: bt_step_thread) ---------- */
 
 typedef struct validate_job {
     pthread_t thread;
@@ -258,8 +237,8 @@ static void test_pause_rejects_inflight_batch(void **state)
     /* park the next batch inside its transaction, after it started under a valid claim */
     bt_lock(c, KEY_PAUSE);
     assert_int_equal(bf_worker_renew(w), BF_OK);
-    step_job job;
-    step_job_start(&job, w);
+    bt_step_thread job;
+    bt_step_thread_start(&job, w, false);
     bt_wait_waiters(c, KEY_PAUSE, 1);
     bf_backfill mid = bt_get(op, ID_PAUSE);
     assert_true(mid.claimed);
@@ -271,7 +250,7 @@ static void test_pause_rejects_inflight_batch(void **state)
     assert_true(paused.generation > gen);
 
     bt_unlock(c, KEY_PAUSE);
-    assert_int_equal(pthread_join(job.thread, NULL), 0);
+    bt_step_thread_join(&job, 60);
     assert_int_equal(job.err, BF_OK);
     assert_int_equal(job.info.step, BF_STEP_LOST);
 
@@ -335,8 +314,8 @@ static void test_takeover_rejects_expired_owner(void **state)
 
     bt_lock(c, KEY_TAKEOVER);
     assert_int_equal(bf_worker_renew(old_w), BF_OK); /* valid claim when the batch starts */
-    step_job job;
-    step_job_start(&job, old_w);
+    bt_step_thread job;
+    bt_step_thread_start(&job, old_w, false);
     bt_wait_waiters(c, KEY_TAKEOVER, 1);
 
     /* the old owner stops renewing (it is parked); PostgreSQL time expires its claim */
@@ -344,7 +323,7 @@ static void test_takeover_rejects_expired_owner(void **state)
     assert_true(new_gen > old_gen);
 
     bt_unlock(c, KEY_TAKEOVER);
-    assert_int_equal(pthread_join(job.thread, NULL), 0);
+    bt_step_thread_join(&job, 60);
     assert_int_equal(job.err, BF_OK);
     assert_int_equal(job.info.step, BF_STEP_LOST);
 
@@ -401,8 +380,8 @@ static void test_pause_resume_rejects_stale_validator(void **state)
 
     bt_lock(c, KEY_VALIDATE);
     assert_int_equal(bf_worker_renew(w), BF_OK);
-    step_job job;
-    step_job_start(&job, w);
+    bt_step_thread job;
+    bt_step_thread_start(&job, w, false);
     bt_wait_waiters(c, KEY_VALIDATE, 1); /* the validation chunk is reading */
 
     bf_action_result paused = act(op, BF_ACTION_PAUSE, ID_VALIDATE);
@@ -413,7 +392,7 @@ static void test_pause_resume_rejects_stale_validator(void **state)
     assert_true(paused.generation > gen);
 
     bt_unlock(c, KEY_VALIDATE);
-    assert_int_equal(pthread_join(job.thread, NULL), 0);
+    bt_step_thread_join(&job, 60);
     assert_int_equal(job.err, BF_OK);
     assert_int_equal(job.info.step, BF_STEP_LOST);
 
@@ -516,12 +495,12 @@ static void wait_claim_expired(PGconn *c, const char *id)
 static bf_step_info step_outlasting_lease(PGconn *c, bf_worker *w)
 {
     bt_lock(c, KEY_EXPIRY);
-    step_job job;
-    step_job_start(&job, w);
+    bt_step_thread job;
+    bt_step_thread_start(&job, w, false);
     bt_wait_waiters(c, KEY_EXPIRY, 1);
     wait_claim_expired(c, ID_EXPIRY);
     bt_unlock(c, KEY_EXPIRY);
-    assert_int_equal(pthread_join(job.thread, NULL), 0);
+    bt_step_thread_join(&job, 60);
     assert_int_equal(job.err, BF_OK);
     return job.info;
 }

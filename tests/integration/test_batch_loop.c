@@ -30,14 +30,12 @@
  *   - "#variable_conflict use_column" and the "bf." qualification of the procedure's variables
  *     (compile_loop): without them the columns' names are ambiguous or mean the variables.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -139,38 +137,6 @@ static bf_engine *loop_engine(const char *owner, int step_ms, int step_batches)
     return e;
 }
 
-/* ---- a worker on its own thread -------------------------------------------------------- */
-
-typedef struct worker_thread {
-    bf_worker *w;
-    bool run; /* bf_worker_run(until_idle) rather than one bf_worker_step */
-    bf_step_info info;
-    bf_err err;
-    pthread_t tid;
-} worker_thread;
-
-static void *worker_main(void *arg)
-{
-    worker_thread *t = arg;
-    t->err = t->run ? bf_worker_run(t->w, true) : bf_worker_step(t->w, &t->info);
-    return NULL;
-}
-
-static void worker_start(worker_thread *t)
-{
-    assert_int_equal(pthread_create(&t->tid, NULL, worker_main, t), 0);
-}
-
-/* Join, failing the test (instead of hanging) when the thread has not returned in time. */
-static void worker_join(worker_thread *t)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += JOIN_DEADLINE;
-    if (pthread_timedjoin_np(t->tid, NULL, &deadline) != 0)
-        fail_msg("the worker did not return within %d s", JOIN_DEADLINE);
-}
-
 /* ---- tests ----------------------------------------------------------------------------- */
 
 static void test_step_commits_at_most_step_batches(void **state)
@@ -221,18 +187,19 @@ static void test_pause_mid_step_keeps_the_batches_before(void **state)
     PGconn *c = bt_connect(), *holder = bt_connect();
     bf_engine *op = bt_engine(registry, "operator", 0);
     bf_engine *e = loop_engine("pause", 0, 100);
-    worker_thread t = {.run = false};
-    assert_int_equal(bf_worker_new(&t.w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(t.w, "loop.pause_v1", NULL), BF_OK);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "loop.pause_v1", NULL), BF_OK);
     bt_lock(holder, BARRIER_PAUSE);
-    worker_start(&t);
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
     bt_wait_waiters(c, BARRIER_PAUSE, 1); /* batches 1 and 2 committed, batch 3 in flight */
     assert_int_equal(bt_int(c, "SELECT batches_committed FROM buzz_backfill.backfill"
                                " WHERE id = 'loop.pause_v1'"),
                      2);
     assert_int_equal(bt_act(op, BF_ACTION_PAUSE, "loop.pause_v1"), BF_OK);
     bt_unlock(holder, BARRIER_PAUSE);
-    worker_join(&t);
+    bt_step_thread_join(&t, JOIN_DEADLINE);
     assert_int_equal(t.err, BF_OK);
     assert_int_equal(t.info.step, BF_STEP_LOST);
     bf_backfill row = bt_get(op, "loop.pause_v1");
@@ -256,14 +223,15 @@ static void test_stop_cancels_the_batch_in_flight(void **state)
     (void)state;
     PGconn *c = bt_connect(), *holder = bt_connect();
     bf_engine *e = loop_engine("stopper", 0, 0);
-    worker_thread t = {.run = true};
-    assert_int_equal(bf_worker_new(&t.w, e, NULL), BF_OK);
+    bf_worker *runner = NULL;
+    assert_int_equal(bf_worker_new(&runner, e, NULL), BF_OK);
     bt_lock(holder, BARRIER_STOP);
-    worker_start(&t);
+    bt_step_thread t;
+    bt_step_thread_start(&t, runner, true);
     bt_wait_waiters(c, BARRIER_STOP, 1);
-    bf_worker_stop(t.w);
+    bf_worker_stop(runner);
     /* the barrier is still held: only a cancel lets the worker return */
-    worker_join(&t);
+    bt_step_thread_join(&t, JOIN_DEADLINE);
     bt_unlock(holder, BARRIER_STOP);
     assert_int_equal(t.err, BF_OK);
     bf_backfill row = bt_get(e, "loop.stop_v1");
@@ -294,11 +262,12 @@ static void test_no_batch_starts_after_step_ms(void **state)
     (void)state;
     PGconn *c = bt_connect(), *holder = bt_connect();
     bf_engine *e = loop_engine("deadline", 20, 1000);
-    worker_thread t = {.run = false};
-    assert_int_equal(bf_worker_new(&t.w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(t.w, "loop.time_v1", NULL), BF_OK);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "loop.time_v1", NULL), BF_OK);
     bt_lock(holder, BARRIER_TIME);
-    worker_start(&t);
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
     bt_wait_waiters(c, BARRIER_TIME, 1); /* the first batch is in flight */
     int pid = bt_barrier_waiter_pid(c, BARRIER_TIME);
     /* observe (by PostgreSQL's clock) that the CALL has run past its 20 ms step deadline */
@@ -313,7 +282,7 @@ static void test_no_batch_starts_after_step_ms(void **state)
         usleep(1000);
     }
     bt_unlock(holder, BARRIER_TIME);
-    worker_join(&t);
+    bt_step_thread_join(&t, JOIN_DEADLINE);
     assert_int_equal(t.err, BF_OK);
     assert_int_equal(t.info.step, BF_STEP_BATCH);
     assert_int_equal(t.info.batches, 1);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -276,6 +277,33 @@ bf_err bt_act(bf_engine *e, bf_action action, const char *id)
     bf_actor who = {.actor = "test-operator", .authority = "test", .request_id = NULL};
     bf_action_result res;
     return bf_action_apply(e, action, id, &who, &res);
+}
+
+static void *step_thread_main(void *arg)
+{
+    bt_step_thread *t = arg;
+    t->err = t->run ? bf_worker_run(t->w, true) : bf_worker_step(t->w, &t->info);
+    atomic_store(&t->done, true);
+    return NULL;
+}
+
+void bt_step_thread_start(bt_step_thread *t, bf_worker *w, bool run)
+{
+    memset(t, 0, sizeof *t);
+    t->w = w;
+    t->run = run;
+    t->err = BF_ERR_INTERNAL;
+    atomic_init(&t->done, false);
+    assert_int_equal(pthread_create(&t->tid, NULL, step_thread_main, t), 0);
+}
+
+void bt_step_thread_join(bt_step_thread *t, int timeout_s)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_s;
+    if (pthread_timedjoin_np(t->tid, NULL, &deadline) != 0)
+        bt_fail("the worker's step did not return within %d s", timeout_s);
 }
 
 bf_step bt_step_until_not_batch(bf_worker *w, int max_steps)

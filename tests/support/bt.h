@@ -8,7 +8,9 @@
 #define BUZZ_TEST_BT_H
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +62,22 @@ bf_backfill bt_get(bf_engine *e, const char *id);
 
 /* Apply an action as an operator; returns the bf_err. */
 bf_err bt_act(bf_engine *e, bf_action action, const char *id);
+
+/* One worker step (or, with run, bf_worker_run until idle or stopped) on its own thread, so the
+ * test can hold a barrier, pause, stop or take over meanwhile. */
+typedef struct bt_step_thread {
+    bf_worker *w;
+    bool run;
+    bf_step_info info; /* the step's report (not with run) */
+    bf_err err;
+    atomic_bool done; /* the step returned */
+    pthread_t tid;
+} bt_step_thread;
+
+void bt_step_thread_start(bt_step_thread *t, bf_worker *w, bool run);
+/* Join, failing the test (instead of hanging) when the thread has not returned within
+ * timeout_s seconds. */
+void bt_step_thread_join(bt_step_thread *t, int timeout_s);
 
 /* Step the worker until it reports something other than BF_STEP_BATCH; returns that step. */
 bf_step bt_step_until_not_batch(bf_worker *w, int max_steps);
