@@ -242,9 +242,7 @@ static void test_one_step_one_bound(void **state)
     (void)state;
     start("bounded.items_v1");
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "bounded.items_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, "bounded.items_v1");
 
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
@@ -283,9 +281,7 @@ static void test_compound_key_ties(void **state)
     const char *id = "bounded.events_v1";
     start(id);
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, id);
 
     /* the first boundary falls inside the first tie group: 37 of its 49 rows done */
     bf_step_info info;
@@ -364,9 +360,7 @@ static void run_timeout_case(const char *id, const char *table, int barrier)
 {
     start(id);
     bf_engine *we = bt_engine_timeouts(reg, "short-timeout", 30000, SHORT_TIMEOUT, 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, id);
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK); /* barrier open: 1..100 commit */
     assert_int_equal(info.step, BF_STEP_BATCH);
@@ -421,9 +415,7 @@ static void run_bound_case(const char *id, const char *table, long rows)
 {
     start(id);
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, id);
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_FAILED);
@@ -473,9 +465,7 @@ static void test_declarative_beyond_bound(void **state)
     bt_exec(conn, "DROP INDEX bb_uniq_id; CREATE INDEX ON bb_uniq (id);"
                   "INSERT INTO bb_uniq (id, val) VALUES (7, 7)");
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "bounded.uniq_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, "bounded.uniq_v1");
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_BLOCKED);
@@ -530,9 +520,7 @@ static void test_nullable_key_refused(void **state)
     start("bounded.nulllater_v1");
     bt_exec(conn, "ALTER TABLE bb_nulllater ALTER COLUMN id DROP NOT NULL");
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "bounded.nulllater_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, "bounded.nulllater_v1");
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_BLOCKED);

@@ -156,9 +156,7 @@ static bf_worker *worker_with_batches(const char *id, bf_engine **engine_out, in
 {
     assert_int_equal(bt_act(admin, BF_ACTION_START, id), BF_OK);
     bf_engine *we = bt_engine(reg, "worker", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, id, NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, id);
     for (int i = 0; i < batches; i++) {
         bf_step_info info;
         assert_int_equal(bf_worker_step(w, &info), BF_OK);

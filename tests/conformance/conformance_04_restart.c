@@ -270,9 +270,7 @@ static void test_killed_before_commit(void **state)
 
     /* two batches commit normally first */
     bf_engine *we = bt_engine(reg, "first", 30000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, d->id, NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(we, d->id);
     for (int i = 0; i < 2; i++) {
         bf_step_info info;
         assert_int_equal(bf_worker_step(w, &info), BF_OK);

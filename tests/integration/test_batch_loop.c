@@ -144,9 +144,7 @@ static void test_step_commits_at_most_step_batches(void **state)
     (void)state;
     PGconn *c = bt_connect();
     bf_engine *e = loop_engine("cap", 0, 3);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "loop.cap_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.cap_v1");
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_BATCH);
@@ -187,9 +185,7 @@ static void test_pause_mid_step_keeps_the_batches_before(void **state)
     PGconn *c = bt_connect(), *holder = bt_connect();
     bf_engine *op = bt_engine(registry, "operator", 0);
     bf_engine *e = loop_engine("pause", 0, 100);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "loop.pause_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.pause_v1");
     bt_lock(holder, BARRIER_PAUSE);
     bt_step_thread t;
     bt_step_thread_start(&t, w, false);
@@ -244,9 +240,7 @@ static void test_stop_cancels_the_batch_in_flight(void **state)
     assert_int_equal(row.rows_committed, 200);
     assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_stop WHERE fixed IS NOT NULL"), 200);
     /* and the next worker goes on from the checkpoint to the end */
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "loop.stop_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.stop_v1");
     assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
     assert_int_equal(bt_step_until_not_batch(w, 5), BF_STEP_COMPLETED);
     assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_stop WHERE fixed = val * 2"), ROWS);
@@ -262,9 +256,7 @@ static void test_no_batch_starts_after_step_ms(void **state)
     (void)state;
     PGconn *c = bt_connect(), *holder = bt_connect();
     bf_engine *e = loop_engine("deadline", 20, 1000);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "loop.time_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.time_v1");
     bt_lock(holder, BARRIER_TIME);
     bt_step_thread t;
     bt_step_thread_start(&t, w, false);
@@ -299,9 +291,7 @@ static void test_columns_named_like_the_loop_variables(void **state)
     (void)state;
     PGconn *c = bt_connect();
     bf_engine *e = loop_engine("names", 0, 0);
-    bf_worker *w = NULL;
-    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
-    assert_int_equal(bf_worker_claim(w, "loop.names_v1", NULL), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.names_v1");
     assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
     assert_int_equal(bt_step_until_not_batch(w, 5), BF_STEP_COMPLETED);
     assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_names WHERE status = 'done'"

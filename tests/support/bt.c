@@ -279,6 +279,16 @@ bf_err bt_act(bf_engine *e, bf_action action, const char *id)
     return bf_action_apply(e, action, id, &who, &res);
 }
 
+bf_worker *bt_claimed_worker(bf_engine *e, const char *id)
+{
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, e, NULL), BF_OK);
+    bf_err err = bf_worker_claim(w, id, NULL);
+    if (err != BF_OK)
+        bt_fail("bf_worker_claim(%s): %s: %s", id, bf_err_str(err), bf_engine_diag(e));
+    return w;
+}
+
 static void *step_thread_main(void *arg)
 {
     bt_step_thread *t = arg;

@@ -79,6 +79,9 @@ void bt_step_thread_start(bt_step_thread *t, bf_worker *w, bool run);
  * timeout_s seconds. */
 void bt_step_thread_join(bt_step_thread *t, int timeout_s);
 
+/* A new worker on e holding the claim of id (fails the test otherwise). */
+bf_worker *bt_claimed_worker(bf_engine *e, const char *id);
+
 /* Step the worker until it reports something other than BF_STEP_BATCH; returns that step. */
 bf_step bt_step_until_not_batch(bf_worker *w, int max_steps);
 
