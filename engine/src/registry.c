@@ -245,6 +245,57 @@ static void add_fence(bf_strbuf *sb, const fence_sql *f)
                    f->id, f->generation, f->owner, f->old_checkpoint);
 }
 
+/* The loop's statement for the batch's last key and size, after the checkpoint when after is
+ * set: one aggregate for a single-column key; for a compound key row_number() streams over
+ * the keyset and a top-1 sort keeps the last row. */
+static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
+{
+    bf_strbuf_add(sb, "SELECT ");
+    if (d->nkey == 1) {
+        bf_strbuf_addf(sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
+        add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
+        bf_strbuf_add(sb, ") k;\n");
+        return;
+    }
+    add_cols(sb, d, "s", "");
+    bf_strbuf_add(sb, ", s.bf_n INTO ");
+    for (int i = 0; i < d->nkey; i++)
+        bf_strbuf_addf(sb, "bf.l%d, ", i + 1);
+    bf_strbuf_add(sb, "bf.n FROM (SELECT ");
+    add_cols(sb, d, "k", "");
+    bf_strbuf_add(sb, ", row_number() OVER (ORDER BY ");
+    add_cols(sb, d, "k", "");
+    bf_strbuf_add(sb, ") AS bf_n FROM (");
+    add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
+    bf_strbuf_add(sb, ") k) s ORDER BY ");
+    add_cols(sb, d, "s", " DESC");
+    bf_strbuf_add(sb, " LIMIT 1;\n");
+}
+
+/* The loop's mutation over the batch's key range, after the checkpoint (when after is set) up
+ * to the batch's last key: under the statement's snapshot exactly the keyset's rows (the key
+ * is unique), as one index range scan. */
+static void add_loop_mutation(bf_strbuf *sb, const bf_definition *d, key_ref after)
+{
+    bf_strbuf_add(sb, "UPDATE ");
+    add_table(sb, d->table);
+    bf_strbuf_addf(sb, " t SET %s WHERE ", d->update_set);
+    add_range(sb, d, after, KEY_VAR('l'));
+    bf_strbuf_addf(sb, " AND (%s);\n", d->needs_repair);
+}
+
+/* IF bf.has_cp THEN <after the checkpoint> ELSE <from the start> END IF: two static statements,
+ * so that no "checkpoint IS NULL OR" defeats the key's index */
+static void add_loop_branches(bf_strbuf *sb, const bf_definition *d,
+                              void (*add)(bf_strbuf *, const bf_definition *, key_ref))
+{
+    bf_strbuf_add(sb, "    IF bf.has_cp THEN\n      ");
+    add(sb, d, KEY_VAR('c'));
+    bf_strbuf_add(sb, "    ELSE\n      ");
+    add(sb, d, KEY_NONE);
+    bf_strbuf_add(sb, "    END IF;\n");
+}
+
 /*
  * The declarative batch loop: a PL/pgSQL procedure, created once per session in pg_temp (no
  * shared DDL, so daemons of different builds never race on it), whose statements PostgreSQL
@@ -294,48 +345,13 @@ static char *compile_loop(const bf_definition *d, size_t index)
                   "BEGIN\n"
                   "  status := 'more'; batches := 0; rows_covered := 0; rows_touched := 0;\n"
                   "  LOOP\n");
-    /* the batch's last key and size: one aggregate for a single-column key; for a compound key
-     * row_number() streams over the keyset and a top-1 sort keeps the last row */
-    for (int v = 1; v >= 0; v--) {
-        bf_strbuf_add(&sb, v ? "    IF bf.has_cp THEN\n      SELECT " : "    ELSE\n      SELECT ");
-        key_ref after = v ? KEY_VAR('c') : KEY_NONE;
-        if (d->nkey == 1) {
-            bf_strbuf_addf(&sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
-            add_keyset(&sb, d, after, KEY_VAR('b'), "bf.lim");
-            bf_strbuf_add(&sb, ") k;\n");
-        } else {
-            add_cols(&sb, d, "s", "");
-            bf_strbuf_add(&sb, ", s.bf_n INTO ");
-            for (int i = 0; i < d->nkey; i++)
-                bf_strbuf_addf(&sb, "bf.l%d, ", i + 1);
-            bf_strbuf_add(&sb, "bf.n FROM (SELECT ");
-            add_cols(&sb, d, "k", "");
-            bf_strbuf_add(&sb, ", row_number() OVER (ORDER BY ");
-            add_cols(&sb, d, "k", "");
-            bf_strbuf_add(&sb, ") AS bf_n FROM (");
-            add_keyset(&sb, d, after, KEY_VAR('b'), "bf.lim");
-            bf_strbuf_add(&sb, ") k) s ORDER BY ");
-            add_cols(&sb, d, "s", " DESC");
-            bf_strbuf_add(&sb, " LIMIT 1;\n");
-        }
-    }
-    bf_strbuf_add(&sb, "    END IF;\n"
-                       "    IF coalesce(bf.n, 0) = 0 THEN\n"
+    add_loop_branches(&sb, d, add_loop_last);
+    bf_strbuf_add(&sb, "    IF coalesce(bf.n, 0) = 0 THEN\n"
                        "      status := 'end';\n"
                        "      EXIT;\n"
                        "    END IF;\n");
-    /* the mutation over the batch's key range, after the checkpoint up to the batch's last
-     * key: under the statement's snapshot exactly the keyset's rows (the key is unique), as
-     * one index range scan */
-    for (int v = 1; v >= 0; v--) {
-        bf_strbuf_add(&sb, v ? "    IF bf.has_cp THEN\n      UPDATE " : "    ELSE\n      UPDATE ");
-        add_table(&sb, d->table);
-        bf_strbuf_addf(&sb, " t SET %s WHERE ", d->update_set);
-        add_range(&sb, d, v ? KEY_VAR('c') : KEY_NONE, KEY_VAR('l'));
-        bf_strbuf_addf(&sb, " AND (%s);\n", d->needs_repair);
-    }
-    bf_strbuf_add(&sb, "    END IF;\n"
-                       "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
+    add_loop_branches(&sb, d, add_loop_mutation);
+    bf_strbuf_add(&sb, "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
                        "    bf.next_cp := ");
     bf_strbuf_add(&sb, "ARRAY[");
     for (int i = 0; i < d->nkey; i++)
