@@ -12,7 +12,10 @@
  *   - a step starts no batch after step_ms: a first batch held at a barrier until the step's
  *     deadline has passed (by PostgreSQL's clock) ends the step after one batch;
  *   - a table whose columns are named like the loop procedure's own variables and parameters
- *     (n, lim, status, checkpoint, owner, ...) and a definition that names them unqualified.
+ *     (n, lim, status, checkpoint, owner, ...) and a definition that names them unqualified;
+ *   - a worker whose role lacks TEMPORARY on the database (the loop procedure lives in
+ *     pg_temp) blocks the backfill with "insufficient privilege" (classify.c: 42501 is an
+ *     unmet prerequisite) instead of retrying; after a grant an operator's retry completes it.
  *
  * Ordering uses barriers (advisory locks taken by the definition's SQL, see bt.h), never sleeps.
  *
@@ -68,7 +71,7 @@ static bf_definition items_def(const char *id, const char *table, const char *up
 /* the first batch (ids 1..100) blocks at id 50 */
 #define AT_50(key) "fixed = CASE WHEN t.id <> 50 OR public.bt_barrier(" #key ") THEN t.val * 2 END"
 
-static bf_definition defs[5];
+static bf_definition defs[6];
 static bf_registry *registry;
 
 static const bf_definition names_def = {
@@ -92,6 +95,7 @@ static int setup(void **state)
     bt_make_items(c, "loop_pause", ROWS);
     bt_make_items(c, "loop_stop", ROWS);
     bt_make_items(c, "loop_time", ROWS);
+    bt_make_items(c, "loop_priv", ROWS);
     bt_exec(c,
             "CREATE TABLE loop_names (id bigint PRIMARY KEY, n integer, lim integer NOT NULL,"
             " status text, checkpoint text, owner text NOT NULL, touched integer,"
@@ -105,11 +109,13 @@ static int setup(void **state)
     defs[2] = items_def("loop.stop_v1", "loop_stop", AT_250(62));
     defs[3] = items_def("loop.time_v1", "loop_time", AT_50(63));
     defs[4] = names_def;
-    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2], &defs[3], &defs[4]};
-    registry = bt_registry(list, 5);
+    defs[5] = items_def("loop.priv_v1", "loop_priv", "fixed = t.val * 2");
+    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2],
+                                         &defs[3], &defs[4], &defs[5]};
+    registry = bt_registry(list, 6);
     bf_engine *e = bt_engine(registry, "operator", 0);
     assert_int_equal(bf_register_all(e), BF_OK);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
     bf_engine_close(e);
     return 0;
@@ -304,6 +310,52 @@ static void test_columns_named_like_the_loop_variables(void **state)
     PQfinish(c);
 }
 
+static void test_without_temporary_privilege_blocks(void **state)
+{
+    (void)state;
+    PGconn *c = bt_connect();
+    char *db = bt_text(c, "SELECT current_database()");
+    char role[64], conninfo[1400];
+    snprintf(role, sizeof role, "bt_notemp_%ld", (long)getpid());
+    bt_exec(c,
+            "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN;"
+            "GRANT USAGE ON SCHEMA buzz_backfill TO %s;"
+            "GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA buzz_backfill TO %s;"
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA buzz_backfill TO %s;"
+            "GRANT SELECT, UPDATE ON loop_priv TO %s;"
+            "REVOKE TEMPORARY ON DATABASE %s FROM PUBLIC",
+            role, role, role, role, role, role, db);
+    /* a later user keyword overrides the one of the test's conninfo */
+    snprintf(conninfo, sizeof conninfo, "%s user='%s'", bt_db_conninfo(), role);
+    bf_config cfg = {.conninfo = conninfo, .owner = "notemp", .lock_timeout_ms = 60000};
+    bf_engine *e = NULL;
+    assert_int_equal(bf_engine_open(&e, &cfg, registry), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, "loop.priv_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    bf_backfill row = bt_get(e, "loop.priv_v1");
+    assert_int_equal(row.state, BF_STATE_BLOCKED);
+    assert_string_equal(row.error_class, "prerequisite");
+    assert_non_null(strstr(row.error_detail, "insufficient privilege"));
+    assert_int_equal(row.rows_committed, 0);
+    /* granted, an operator's retry lets the next claim run to the end */
+    bt_exec(c, "GRANT TEMPORARY ON DATABASE %s TO %s", db, role);
+    bf_engine *op = bt_engine(registry, "operator", 0);
+    assert_int_equal(bt_act(op, BF_ACTION_RETRY, "loop.priv_v1"), BF_OK);
+    assert_int_equal(bf_worker_claim(w, "loop.priv_v1", NULL), BF_OK);
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    assert_int_equal(bt_step_until_not_batch(w, 5), BF_STEP_COMPLETED);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_priv WHERE fixed = val * 2"), ROWS);
+    bf_worker_free(w);
+    bf_engine_close(e);
+    bf_engine_close(op);
+    bt_exec(c, "GRANT TEMPORARY ON DATABASE %s TO PUBLIC; DROP OWNED BY %s; DROP ROLE %s", db, role,
+            role);
+    free(db);
+    PQfinish(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_stop_cancels_the_batch_in_flight),
         cmocka_unit_test(test_no_batch_starts_after_step_ms),
         cmocka_unit_test(test_columns_named_like_the_loop_variables),
+        cmocka_unit_test(test_without_temporary_privilege_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
