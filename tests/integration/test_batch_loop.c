@@ -15,7 +15,10 @@
  *     (n, lim, status, checkpoint, owner, ...) and a definition that names them unqualified;
  *   - a worker whose role lacks TEMPORARY on the database (the loop procedure lives in
  *     pg_temp) blocks the backfill with "insufficient privilege" (classify.c: 42501 is an
- *     unmet prerequisite) instead of retrying; after a grant an operator's retry completes it.
+ *     unmet prerequisite) instead of retrying; after a grant an operator's retry completes it;
+ *   - the worker's session terminated during a step: the step ends, the attempt is recorded
+ *     (unavailable, retried) on a new connection (worker.c worker_fail reconnects first),
+ *     nothing of the batch committed, and the worker goes on after the backoff.
  *
  * Ordering uses barriers (advisory locks taken by the definition's SQL, see bt.h), never sleeps.
  *
@@ -31,7 +34,11 @@
  *     stop is recorded as a failed attempt with a backoff;
  *   - the step deadline, compile_loop "OR clock_timestamp() >= bf.deadline";
  *   - "#variable_conflict use_column" and the "bf." qualification of the procedure's variables
- *     (compile_loop): without them the columns' names are ambiguous or mean the variables.
+ *     (compile_loop): without them the columns' names are ambiguous or mean the variables;
+ *   - classify.c's 42501 (insufficient privilege) as an unmet prerequisite: otherwise the
+ *     worker without TEMPORARY retries instead of blocking;
+ *   - worker.c worker_fail's reconnect (bf__ensure_conn) before it records an attempt: without
+ *     it the attempt of the terminated session is never recorded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +57,7 @@
 #define BARRIER_PAUSE 61
 #define BARRIER_STOP  62
 #define BARRIER_TIME  63
+#define BARRIER_KILL  64
 #define JOIN_DEADLINE 30 /* s: a step that should have returned long before this */
 /* ms: a step_ms no slow machine reaches, where a case counts the batches of one step */
 #define NO_DEADLINE 60000
@@ -73,7 +81,7 @@ static bf_definition items_def(const char *id, const char *table, const char *up
 /* the first batch (ids 1..100) blocks at id 50 */
 #define AT_50(key) "fixed = CASE WHEN t.id <> 50 OR public.bt_barrier(" #key ") THEN t.val * 2 END"
 
-static bf_definition defs[6];
+static bf_definition defs[7];
 static bf_registry *registry;
 
 static const bf_definition names_def = {
@@ -98,6 +106,7 @@ static int setup(void **state)
     bt_make_items(c, "loop_stop", ROWS);
     bt_make_items(c, "loop_time", ROWS);
     bt_make_items(c, "loop_priv", ROWS);
+    bt_make_items(c, "loop_kill", ROWS);
     bt_exec(c,
             "CREATE TABLE loop_names (id bigint PRIMARY KEY, n integer, lim integer NOT NULL,"
             " status text, checkpoint text, owner text NOT NULL, touched integer,"
@@ -112,12 +121,13 @@ static int setup(void **state)
     defs[3] = items_def("loop.time_v1", "loop_time", AT_50(63));
     defs[4] = names_def;
     defs[5] = items_def("loop.priv_v1", "loop_priv", "fixed = t.val * 2");
-    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2],
-                                         &defs[3], &defs[4], &defs[5]};
-    registry = bt_registry(list, 6);
+    defs[6] = items_def("loop.kill_v1", "loop_kill", AT_50(64));
+    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2], &defs[3],
+                                         &defs[4], &defs[5], &defs[6]};
+    registry = bt_registry(list, 7);
     bf_engine *e = bt_engine(registry, "operator", 0);
     assert_int_equal(bf_register_all(e), BF_OK);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
     bf_engine_close(e);
     return 0;
@@ -358,6 +368,39 @@ static void test_without_temporary_privilege_blocks(void **state)
     PQfinish(c);
 }
 
+static void test_lost_connection_mid_step_is_a_retry(void **state)
+{
+    (void)state;
+    PGconn *c = bt_connect(), *holder = bt_connect();
+    bf_engine *e = loop_engine("killed", NO_DEADLINE, 0);
+    bf_worker *w = bt_claimed_worker(e, "loop.kill_v1");
+    bt_lock(holder, BARRIER_KILL);
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
+    bt_wait_waiters(c, BARRIER_KILL, 1);
+    int pid = bt_barrier_waiter_pid(c, BARRIER_KILL);
+    assert_int_equal(bt_int(c, "SELECT pg_terminate_backend(%d)::int", pid), 1);
+    bt_step_thread_join(&t, JOIN_DEADLINE);
+    bt_unlock(holder, BARRIER_KILL);
+    assert_int_equal(t.err, BF_OK);
+    assert_int_equal(t.info.step, BF_STEP_RETRY); /* recorded on a new connection */
+    bf_backfill row = bt_get(e, "loop.kill_v1");
+    assert_int_equal(row.state, BF_STATE_RUNNING);
+    assert_int_equal(row.attempts, 1);
+    assert_string_equal(row.error_class, "unavailable"); /* connection lost: retried */
+    assert_false(row.has_checkpoint);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_kill WHERE fixed IS NOT NULL"), 0);
+    /* after the backoff the same worker (reconnected) goes on to the end */
+    assert_int_equal(bt_claim_poll(w, "loop.kill_v1", NULL, 30000), BF_OK);
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    assert_int_equal(bt_step_until_not_batch(w, 5), BF_STEP_COMPLETED);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM loop_kill WHERE fixed = val * 2"), ROWS);
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(holder);
+    PQfinish(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_no_batch_starts_after_step_ms),
         cmocka_unit_test(test_columns_named_like_the_loop_variables),
         cmocka_unit_test(test_without_temporary_privilege_blocks),
+        cmocka_unit_test(test_lost_connection_mid_step_is_a_retry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
