@@ -231,10 +231,11 @@ bool bf__wait_result(bf_engine *e)
 {
     PGconn *conn = e->conn;
     while (PQisBusy(conn)) {
-        if (PQsocket(conn) < 0) /* the connection is gone: nothing will arrive */
+        int sock = PQsocket(conn);
+        if (sock < 0) /* the connection is gone: nothing will arrive */
             return false;
         bool watch = e->stop_fd >= 0 && !e->cancelled;
-        struct pollfd pfd[2] = {{.fd = PQsocket(conn), .events = POLLIN},
+        struct pollfd pfd[2] = {{.fd = sock, .events = POLLIN},
                                 {.fd = watch ? e->stop_fd : -1, .events = POLLIN}};
         if (poll(pfd, 2, -1) < 0) {
             if (errno == EINTR)

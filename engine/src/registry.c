@@ -319,8 +319,8 @@ static char *compile_loop(const bf_definition *d, size_t index)
                    "CREATE OR REPLACE PROCEDURE pg_temp.bf_loop_%zu(p_id text, p_generation"
                    " bigint, p_owner text, p_bound text[], p_limit integer, p_lease_ms integer,"
                    " p_max_batches integer, p_step_ms integer, INOUT checkpoint text[],"
-                   " INOUT status text, INOUT batches bigint, INOUT rows_covered bigint,"
-                   " INOUT rows_touched bigint) LANGUAGE plpgsql AS $bf$\n"
+                   " INOUT batches bigint, INOUT rows_covered bigint, INOUT rows_touched bigint) "
+                   "LANGUAGE plpgsql AS $bf$\n"
                    "#variable_conflict use_column\n<<bf>>\nDECLARE\n",
                    index);
     for (int i = 0; i < d->nkey; i++) {
@@ -343,13 +343,10 @@ static char *compile_loop(const bf_definition *d, size_t index)
                   "  fenced bigint;\n"
                   "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
                   "BEGIN\n"
-                  "  status := 'more'; batches := 0; rows_covered := 0; rows_touched := 0;\n"
+                  "  batches := 0; rows_covered := 0; rows_touched := 0;\n"
                   "  LOOP\n");
     add_loop_branches(&sb, d, add_loop_last);
-    bf_strbuf_add(&sb, "    IF coalesce(bf.n, 0) = 0 THEN\n"
-                       "      status := 'end';\n"
-                       "      EXIT;\n"
-                       "    END IF;\n");
+    bf_strbuf_add(&sb, "    EXIT WHEN coalesce(bf.n, 0) = 0; /* no admitted work remains */\n");
     add_loop_branches(&sb, d, add_loop_mutation);
     bf_strbuf_add(&sb, "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
                        "    bf.next_cp := ");
@@ -400,7 +397,7 @@ static char *compile_call(size_t index)
     bf_strbuf_init(&sb);
     bf_strbuf_addf(&sb,
                    "CALL pg_temp.bf_loop_%zu($1, $2::bigint, $3, $4::text[], $5::integer,"
-                   " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL, NULL)",
+                   " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL)",
                    index);
     return bf_strbuf_take(&sb);
 }

@@ -432,9 +432,9 @@ static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
     return err;
 }
 
-/* A step's outcome from the batch loop. */
+/* A step's outcome: batches committed (none: no admitted work remains after the checkpoint),
+ * the keys they passed and the rows they changed. */
 typedef struct loop_result {
-    bool end; /* no admitted work remains after the checkpoint */
     long batches, rows, touched;
 } loop_result;
 
@@ -490,12 +490,11 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
         PQclear(res);
         return err;
     }
-    /* checkpoint, status, batches, rows_covered, rows_touched */
+    /* checkpoint, batches, rows_covered, rows_touched */
     bf__copy(cp, cap, bf__isnull(res, 0, 0) ? "" : bf__field(res, 0, 0));
-    out->end = strcmp(bf__field(res, 0, 1), "end") == 0;
-    out->batches = (long)bf__field_i64(res, 0, 2);
-    out->rows = (long)bf__field_i64(res, 0, 3);
-    out->touched = (long)bf__field_i64(res, 0, 4);
+    out->batches = (long)bf__field_i64(res, 0, 1);
+    out->rows = (long)bf__field_i64(res, 0, 2);
+    out->touched = (long)bf__field_i64(res, 0, 3);
     PQclear(res);
     return BF_OK;
 }
@@ -561,27 +560,23 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
 
 /* ---- steps ----------------------------------------------------------------------------- */
 
-/* Handle the outcome of something that failed while holding the claim. A fenced-out commit is
- * a lost claim when a pause or takeover advanced the generation (worker_fail() then matches
- * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
- * batch that always outlasts its lease would be retried forever. */
 /* A stop request cancelled a statement of this step: the transaction it interrupted rolled
  * back, and that is no failed attempt. What the step committed before stays; the claim is
- * released for the next worker (again if the cancel, which the server applies asynchronously,
- * reached the release instead). */
+ * released for the next worker. (PQcancel returns once the server has signalled the backend,
+ * and a backend that is idle by then discards the cancel, so it cannot reach the release.) */
 static bf_err step_stopped(bf_worker *w, bf_step_info *info)
 {
     bf__log(w->e, BF_LOG_INFO, "%s: stopped; the transaction in flight rolled back", w->id);
     bf_err err = bf_worker_release(w);
-    if (err != BF_OK) {
-        w->has_claim = true; /* still names the claim: release it once more */
-        err = bf_worker_release(w);
-    }
     info->step = BF_STEP_IDLE;
     bf__copy(info->detail, sizeof info->detail, "stopped; the transaction in flight rolled back");
     return err;
 }
 
+/* Handle the outcome of something that failed while holding the claim. A fenced-out commit is
+ * a lost claim when a pause or takeover advanced the generation (worker_fail() then matches
+ * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
+ * batch that always outlasts its lease would be retried forever. */
 static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
 {
     if (w->e->cancelled) /* the failure is the stop's cancel, or follows from it */
@@ -637,22 +632,20 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     bf_err err = step_prerequisite(w, info, &blocked);
     if (err != BF_OK || blocked)
         return err;
-    loop_result done = {.end = true};
+    loop_result done = {0};
     char cp[BF_KEY_TEXT_MAX * 2] = "", detail[BF_DIAG_MAX] = "";
     if (!w->bound_empty) {
         if (w->c->def->mutate != NULL) {
-            done = (loop_result){0};
             err =
                 batch_callback(w, &done.rows, &done.touched, cp, sizeof cp, detail, sizeof detail);
             done.batches = done.rows > 0;
-            done.end = done.rows == 0;
         } else {
             err = batch_loop(w, &done, cp, sizeof cp);
         }
         if (err != BF_OK)
             return step_failed(w, err, detail, info);
     }
-    if (done.batches == 0 && done.end) { /* no admitted work remains after the checkpoint */
+    if (done.batches == 0) { /* no admitted work remains after the checkpoint */
         err = worker_enter_validating(w);
         if (err != BF_OK)
             return step_failed(w, err, "", info);
@@ -660,7 +653,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
         return BF_OK;
     }
-    /* batches committed (the next step finds the end, when this one reached it) */
+    /* batches committed (when they reached the end, the next step finds none left) */
     w->has_checkpoint = true;
     bf__copy(w->checkpoint, sizeof w->checkpoint, cp);
     info->step = BF_STEP_BATCH;
