@@ -148,8 +148,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    bf_registry_free(registry);
-    bt_db_drop();
+    bt_db_drop_registry(registry);
     return 0;
 }
 

@@ -70,6 +70,12 @@ const char *bt_db_create(const char *name)
     return db_conninfo;
 }
 
+void bt_db_drop_registry(bf_registry *reg)
+{
+    bf_registry_free(reg);
+    bt_db_drop();
+}
+
 void bt_db_drop(void)
 {
     const char *url = getenv("BUZZ_TEST_PG_URL");

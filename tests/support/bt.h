@@ -22,6 +22,8 @@
  * conninfo. Fails the test when BUZZ_TEST_PG_URL is unset or the server is unreachable. */
 const char *bt_db_create(const char *name);
 void bt_db_drop(void);
+/* A suite's teardown: free its registry (NULL-safe), then drop its database. */
+void bt_db_drop_registry(bf_registry *reg);
 const char *bt_db_conninfo(void);
 
 /* A plain libpq connection to the test database (fails the test on error). */
