@@ -152,10 +152,33 @@ static const char m3_rows_covered[] =
     "         OLD.started_at, OLD.completed_at, OLD.key_types))"
     "  EXECUTE FUNCTION buzz_backfill.reject_change('completed backfill is immutable', 'BFI01');";
 
+/* Version 4: bounded keys and coalesced rejections.
+ * - A bound or checkpoint is stored as text[] and read back into BF_KEY_TEXT_MAX-byte buffers;
+ *   a key that sorts before the bound can still render longer (bytea), so the length of each
+ *   is a constraint, checked on every write (NOT VALID: rows written before are not rescanned;
+ *   a worker refuses to claim a row whose key it cannot hold).
+ * - Unauthenticated rejections from one peer are written as one audit row per window: count
+ *   attempts between window_start and window_end (both NULL, count 1, for a single event). */
+#define M4_KEY_LIMIT "512"
+_Static_assert(BF_KEY_TEXT_MAX == 512, "M4_KEY_LIMIT is BF_KEY_TEXT_MAX");
+static const char m4_bounded_keys_coalesced_audit[] =
+    "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT bound_text_length"
+    "  CHECK (octet_length(bound::text) < " M4_KEY_LIMIT ") NOT VALID;"
+    "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT checkpoint_text_length"
+    "  CHECK (octet_length(checkpoint::text) < " M4_KEY_LIMIT ") NOT VALID;"
+    "ALTER TABLE buzz_backfill.audit ADD COLUMN count integer NOT NULL DEFAULT 1"
+    "  CONSTRAINT audit_count_positive CHECK (count >= 1);"
+    "ALTER TABLE buzz_backfill.audit ADD COLUMN window_start timestamptz;"
+    "ALTER TABLE buzz_backfill.audit ADD COLUMN window_end timestamptz;"
+    "ALTER TABLE buzz_backfill.audit ADD CONSTRAINT audit_window CHECK ("
+    "  (window_start IS NULL) = (window_end IS NULL) AND window_start <= window_end"
+    "  AND (count = 1 OR window_start IS NOT NULL));";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
     {3, "rows covered", m3_rows_covered},
+    {4, "bounded keys, coalesced rejections", m4_bounded_keys_coalesced_audit},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

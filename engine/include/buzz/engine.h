@@ -26,8 +26,8 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 3   /* newest engine migration this binary knows */
-#define BF_KEY_TEXT_MAX   512 /* bytes of a rendered bound or checkpoint, terminator included */
+#define BF_SCHEMA_VERSION 4   /* newest engine migration this binary knows */
+#define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
 #define BF_REQUEST_ID_MAX 64  /* bytes of a request ID, terminator included */
