@@ -75,18 +75,17 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
     PQclear(r);
     if (!same)
         return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
-    if ((err = bf__set_local_timeouts(e)) != BF_OK)
-        return err;
     if ((err = bf__exec(e, &r, "capture bound", c->sql_bound, 0, NULL)) != BF_OK)
         return err;
-    char bound[BF_KEY_TEXT_MAX * 2] = "";
+    char bound[BF_KEY_TEXT_MAX] = "";
     bool empty = PQntuples(r) == 0;
-    if (!empty && PQgetlength(r, 0, 0) >= (int)sizeof bound) {
+    if (!empty && bf__key_field(e, bound, r, 0, 0) != BF_OK) {
         PQclear(r);
-        return bf__diag(e, BF_ERR_DATA_INVARIANT, "upper bound key is too large");
+        return bf__diag(e, BF_ERR_DATA_INVARIANT,
+                        "upper bound key is too large (at most %d bytes"
+                        " as text)",
+                        BF_KEY_TEXT_MAX - 1);
     }
-    if (!empty)
-        bf__copy(bound, sizeof bound, bf__field(r, 0, 0));
     PQclear(r);
     /* fail closed on a key that could skip or repeat tied rows */
     if ((err = bf__key_unique(e, c)) != BF_OK)

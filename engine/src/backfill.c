@@ -8,42 +8,6 @@
 
 #include "internal.h"
 
-/* Timestamps travel as microseconds since the epoch; NULL stays NULL (unknown). */
-const char bf__backfill_columns[] =
-    "b.id,"
-    " b.state,"
-    " b.required,"
-    " b.description,"
-    " b.owner_meta,"
-    " b.revision,"
-    " b.key_types,"
-    " b.batch_size,"
-    " array_to_string(b.bound, ', '),"
-    " b.bound_empty,"
-    " array_to_string(b.checkpoint, ', '),"
-    " b.generation,"
-    " b.claim_owner,"
-    " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"
-    " (extract(epoch FROM b.claim_expires_at) * 1000000)::bigint,"
-    " b.attempts,"
-    " (extract(epoch FROM b.next_attempt_at) * 1000000)::bigint,"
-    " b.error_class,"
-    " b.error_detail,"
-    " b.validation_outcome,"
-    " b.validation_detail,"
-    " (extract(epoch FROM b.validated_at) * 1000000)::bigint,"
-    " b.validation_request,"
-    " b.rows_committed,"
-    " b.rows_covered,"
-    " b.batches_committed,"
-    " b.source_estimate,"
-    " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"
-    " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"
-    " (extract(epoch FROM b.started_at) * 1000000)::bigint,"
-    " (extract(epoch FROM b.last_progress_at) * 1000000)::bigint,"
-    " (extract(epoch FROM b.completed_at) * 1000000)::bigint,"
-    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
-
 static bf_validation_outcome outcome_parse(const char *s)
 {
     if (strcmp(s, "success") == 0)
@@ -108,9 +72,12 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
 
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
 {
-    char sql[2048];
-    bf__format(sql, sizeof sql, "SELECT %s FROM buzz_backfill.backfill b WHERE b.id = $1%s",
-               bf__backfill_columns, for_update ? " FOR UPDATE" : "");
+    static const char get_sql[] =
+        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b WHERE b.id = $1";
+    static const char get_for_update_sql[] =
+        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b WHERE b.id = $1"
+        " FOR UPDATE";
+    const char *sql = for_update ? get_for_update_sql : get_sql;
     PGresult *r = NULL;
     const char *params[] = {id};
     bf_err err = bf__exec_stmt(e, &r, "read backfill",
@@ -146,12 +113,11 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
-    char sql[2048], lim[16];
-    bf__format(sql, sizeof sql,
-               "SELECT %s FROM buzz_backfill.backfill b"
-               " WHERE ($1::text IS NULL OR b.state = $1) AND ($2::text IS NULL OR b.id > $2)"
-               " ORDER BY b.id LIMIT $3::integer",
-               bf__backfill_columns);
+    static const char sql[] =
+        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b"
+        " WHERE ($1::text IS NULL OR b.state = $1) AND ($2::text IS NULL OR b.id > $2)"
+        " ORDER BY b.id LIMIT $3::integer";
+    char lim[16];
     bf__format(lim, sizeof lim, "%d", limit);
     const char *params[] = {
         state_filter ? bf_state_name(state_filter) : NULL,

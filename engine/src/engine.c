@@ -23,6 +23,12 @@
 
 #include "internal.h"
 
+/* Session settings every engine connection runs with. The timeouts bound every lock the
+ * session can hold or wait for (engine_session_timeouts): statement_timeout and lock_timeout
+ * for every statement (claims, renewals, registration, admin actions, reads; the batch loop
+ * raises statement_timeout for its CALL only), and idle_in_transaction_session_timeout so that
+ * a client stopped inside a transaction (SIGSTOP, a hung host) loses its session, and with it
+ * its row locks, well before its lease runs out. */
 static const char session_setup[] =
     "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex';"
     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;"
@@ -32,6 +38,31 @@ static const char session_setup[] =
      * row's newest version, where REPEATABLE READ would raise a serialization failure) */
     "SET default_transaction_isolation = 'read committed';"
     "SELECT length(repeat('x', 8388608))";
+
+int bf__idle_tx_timeout_ms(const bf_engine *e)
+{
+    return e->lease_ms / 2;
+}
+
+/* SET the session's timeouts (the ones a step's CALL changes and restores too). */
+static bf_err engine_session_timeouts(bf_engine *e)
+{
+    char sql[256];
+    int n = snprintf(sql, sizeof sql,
+                     "SET statement_timeout = %d; SET lock_timeout = %d;"
+                     " SET idle_in_transaction_session_timeout = %d",
+                     e->statement_timeout_ms, e->lock_timeout_ms, bf__idle_tx_timeout_ms(e));
+    if (n < 0 || (size_t)n >= sizeof sql)
+        return bf__diag(e, BF_ERR_INTERNAL, "session timeouts do not fit their statement");
+    PGresult *r = PQexec(e->conn, sql);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        bf__log(e, BF_LOG_ERROR, "could not set session timeouts: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    }
+    return BF_OK;
+}
 
 void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
 {
@@ -103,6 +134,65 @@ const bf_registry *bf_engine_registry(const bf_engine *engine)
     return engine->reg;
 }
 
+/* A class 22 (data exception) message can quote the offending value ('invalid input syntax
+ * for type integer: "..."'), which may be row data: such messages are logged as their label. */
+static bool engine_message_may_quote_data(const char *sqlstate)
+{
+    return sqlstate != NULL && strncmp(sqlstate, "22", 2) == 0;
+}
+
+/* Identifiers reported by the server (constraint, table, column), reduced to what an
+ * identifier needs, so that nothing else can travel in them. */
+static void engine_identifier(char *dst, size_t cap, const char *src)
+{
+    bf__copy(dst, cap, src);
+    for (char *p = dst; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '$' || c == '.' || c == '-';
+        if (!ok)
+            *p = '?';
+    }
+}
+
+/* One server message for the log: severity, SQLSTATE, the primary message (or only its label
+ * when it may quote data) and the names of the objects involved. Never DETAIL (which can hold
+ * "Failing row contains (...)" or key values), HINT, CONTEXT or the statement: the log must
+ * carry neither row data nor query text. */
+static void engine_describe(const PGresult *res, char *out, size_t cap)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    char constraint[80] = "", table[160] = "", column[80] = "";
+    const char *f;
+    if ((f = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME)) != NULL)
+        engine_identifier(constraint, sizeof constraint, f);
+    if ((f = PQresultErrorField(res, PG_DIAG_TABLE_NAME)) != NULL) {
+        const char *schema = PQresultErrorField(res, PG_DIAG_SCHEMA_NAME);
+        char both[160];
+        bf__format(both, sizeof both, "%s%s%s", schema ? schema : "", schema ? "." : "", f);
+        engine_identifier(table, sizeof table, both);
+    }
+    if ((f = PQresultErrorField(res, PG_DIAG_COLUMN_NAME)) != NULL)
+        engine_identifier(column, sizeof column, f);
+    bool quote = !engine_message_may_quote_data(state) && primary != NULL;
+    bf__format(out, cap, "%s sqlstate=%s: %s%s%s%s%s%s%s", severity ? severity : "ERROR",
+               state ? state : "none", quote ? primary : bf__classify_sqlstate(state).label,
+               constraint[0] ? " constraint=" : "", constraint, table[0] ? " table=" : "", table,
+               column[0] ? " column=" : "", column);
+}
+
+/* libpq notices (warnings the server sends on a statement that succeeds) go to the engine's
+ * log, redacted like errors, never raw to stderr. */
+static void engine_notice(void *arg, const PGresult *res)
+{
+    bf_engine *e = arg;
+    char msg[BF_DIAG_MAX];
+    engine_describe(res, msg, sizeof msg);
+    bf__log(e, BF_LOG_WARN, "database notice: %s", msg);
+}
+
 static bf_err engine_connect(bf_engine *e)
 {
     if (e->conn != NULL)
@@ -111,10 +201,14 @@ static bf_err engine_connect(bf_engine *e)
     if (e->conn == NULL)
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");
     if (PQstatus(e->conn) != CONNECTION_OK) {
-        /* libpq's message may echo the host or user: log it, keep it out of the diagnostic */
-        bf__log(e, BF_LOG_WARN, "could not connect to database: %s", PQerrorMessage(e->conn));
+        /* libpq's message may echo the host or user: log it, keep it out of the diagnostic;
+         * once per outage, later attempts at debug level */
+        bf__log(e, e->outage ? BF_LOG_DEBUG : BF_LOG_WARN, "could not connect to database: %s",
+                PQerrorMessage(e->conn));
+        e->outage = true;
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not connect to database");
     }
+    PQsetNoticeReceiver(e->conn, engine_notice, e);
     PGresult *r = PQexec(e->conn, session_setup);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK)
@@ -124,10 +218,16 @@ static bf_err engine_connect(bf_engine *e)
         bf__log(e, BF_LOG_ERROR, "session setup failed: %s", PQerrorMessage(e->conn));
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
     }
+    bf_err err = engine_session_timeouts(e);
+    if (err != BF_OK)
+        return err;
     if (e->prepared != NULL && e->reg != NULL)
         memset(e->prepared, 0, bf_registry_count(e->reg));
     e->stmt_prepared = 0; /* a new connection has no prepared statements */
     e->listening = false; /* a new connection listens to nothing */
+    if (e->outage)
+        bf__log(e, BF_LOG_INFO, "database connection restored");
+    e->outage = false;
     return BF_OK;
 }
 
@@ -138,7 +238,9 @@ bf_err bf__ensure_conn(bf_engine *e)
             bf__rollback(e);
         return BF_OK;
     }
-    bf__log(e, BF_LOG_WARN, "database connection lost, reconnecting");
+    if (!e->outage)
+        bf__log(e, BF_LOG_WARN, "database connection lost, reconnecting");
+    e->outage = true;
     return engine_connect(e);
 }
 
@@ -198,16 +300,25 @@ void bf_engine_close(bf_engine *engine)
 bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what)
 {
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    const char *msg = res ? PQresultErrorMessage(res) : NULL;
-    if (msg == NULL || msg[0] == '\0')
-        msg = PQerrorMessage(e->conn);
-    if (state == NULL && PQstatus(e->conn) != CONNECTION_OK)
+    bool server = state != NULL;
+    if (state == NULL && (e->conn == NULL || PQstatus(e->conn) != CONNECTION_OK))
         state = "08006";
     bf__copy(e->sqlstate, sizeof e->sqlstate, state ? state : "");
     bf_sqlstate_class cls = bf__classify_sqlstate(state);
-    bf__log(e, BF_LOG_WARN, "%s failed: sqlstate=%s %s", what, state ? state : "none", msg);
-    /* the client sees only our label and the SQLSTATE: no server text, values or query */
-    bf__diag(e, cls.err, "%s: %s (%s)", what, cls.label, state ? state : "no sqlstate");
+    char msg[BF_DIAG_MAX];
+    if (server)
+        engine_describe(res, msg, sizeof msg);
+    else /* no server message: libpq's own (connection) text */
+        bf__copy(msg, sizeof msg, e->conn ? PQerrorMessage(e->conn) : "no connection");
+    bf__log(e, BF_LOG_WARN, "%s failed: %s", what, msg);
+    /* the client sees only our label, the SQLSTATE and the violated constraint's name (which
+     * operators need to find the cause): no server text, values or query */
+    const char *cname = server ? PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME) : NULL;
+    char constraint[80] = "";
+    if (cname != NULL)
+        engine_identifier(constraint, sizeof constraint, cname);
+    bf__diag(e, cls.err, "%s: %s (%s%s%s)", what, cls.label, state ? state : "no sqlstate",
+             constraint[0] ? ", constraint " : "", constraint);
     return cls.err;
 }
 
@@ -338,17 +449,13 @@ void bf__rollback(bf_engine *e)
     PQclear(r);
 }
 
-bf_err bf__set_local_timeouts(bf_engine *e)
+bf_err bf__key_field(bf_engine *e, char *dst, const PGresult *r, int row, int col)
 {
-    char sql[160];
-    bf__format(sql, sizeof sql, "SET LOCAL statement_timeout = %d; SET LOCAL lock_timeout = %d",
-               e->statement_timeout_ms, e->lock_timeout_ms);
-    PGresult *r = PQexec(e->conn, sql);
-    bf_err err = BF_OK;
-    if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        err = bf__pg_error(e, r, "set timeouts");
-    PQclear(r);
-    return err;
+    if (PQgetlength(r, row, col) >= BF_KEY_TEXT_MAX)
+        return bf__diag(e, BF_ERR_DATA_INVARIANT, "a key is longer than %d bytes as text",
+                        BF_KEY_TEXT_MAX - 1);
+    memcpy(dst, bf__field(r, row, col), (size_t)PQgetlength(r, row, col) + 1);
+    return BF_OK;
 }
 
 const char *bf__field(const PGresult *r, int row, int col)

@@ -66,6 +66,7 @@ struct bf_engine {
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
     bool listening;   /* LISTEN buzz_backfill issued on this connection (bf__wait_notify) */
+    bool outage;      /* the connection is lost and not yet restored (logged once) */
     /* while a worker steps: its wake pipe and stop flag (stop_fd -1 otherwise). A stop request
      * then cancels the statement in flight, once per step (cancelled). */
     int stop_fd;
@@ -123,8 +124,9 @@ bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stm
 bf_err bf__begin(bf_engine *e, bool read_only);
 bf_err bf__commit(bf_engine *e);
 void bf__rollback(bf_engine *e);
-/* SET LOCAL statement and lock timeouts in the current transaction. */
-bf_err bf__set_local_timeouts(bf_engine *e);
+/* idle_in_transaction_session_timeout of every engine session: half the lease, so that a
+ * client stopped inside a transaction loses its locks before its claim can be taken over. */
+int bf__idle_tx_timeout_ms(const bf_engine *e);
 
 /* Result field helpers: NULL fields read as "" / 0 / false. */
 const char *bf__field(const PGresult *r, int row, int col);
@@ -132,6 +134,9 @@ bool bf__isnull(const PGresult *r, int row, int col);
 int64_t bf__field_i64(const PGresult *r, int row, int col);
 bool bf__field_bool(const PGresult *r, int row, int col);
 
+/* Copy a bound or checkpoint (text[] literal) of a result into dst (BF_KEY_TEXT_MAX bytes);
+ * BF_ERR_DATA_INVARIANT, dst untouched, when it does not fit: a key is never truncated. */
+bf_err bf__key_field(bf_engine *e, char *dst, const PGresult *r, int row, int col);
 /* Bounded copy with a truncation marker when src does not fit. */
 void bf__copy(char *dst, size_t cap, const char *src);
 /* Bounded printf that never overflows; truncated output ends with "...". */
@@ -152,10 +157,44 @@ const char *bf__error_class_name(bf_err err);
 
 /* ---- read model (backfill.c) ----------------------------------------------------------- */
 
-/* The column list bf__row_from_result() expects, for "SELECT <cols> FROM buzz_backfill.backfill b".
- */
-extern const char bf__backfill_columns[];
-/* Decode one row of a result whose columns are bf__backfill_columns. */
+/* The column list bf__row_from_result() expects, for "SELECT " BF_BACKFILL_COLUMNS " FROM
+ * buzz_backfill.backfill b". Timestamps travel as microseconds since the epoch; NULL stays NULL
+ * (unknown). A literal, so that every statement using it is one too. */
+#define BF_BACKFILL_COLUMNS                                                                        \
+    "b.id,"                                                                                        \
+    " b.state,"                                                                                    \
+    " b.required,"                                                                                 \
+    " b.description,"                                                                              \
+    " b.owner_meta,"                                                                               \
+    " b.revision,"                                                                                 \
+    " b.key_types,"                                                                                \
+    " b.batch_size,"                                                                               \
+    " array_to_string(b.bound, ', '),"                                                             \
+    " b.bound_empty,"                                                                              \
+    " array_to_string(b.checkpoint, ', '),"                                                        \
+    " b.generation,"                                                                               \
+    " b.claim_owner,"                                                                              \
+    " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"                     \
+    " (extract(epoch FROM b.claim_expires_at) * 1000000)::bigint,"                                 \
+    " b.attempts,"                                                                                 \
+    " (extract(epoch FROM b.next_attempt_at) * 1000000)::bigint,"                                  \
+    " b.error_class,"                                                                              \
+    " b.error_detail,"                                                                             \
+    " b.validation_outcome,"                                                                       \
+    " b.validation_detail,"                                                                        \
+    " (extract(epoch FROM b.validated_at) * 1000000)::bigint,"                                     \
+    " b.validation_request,"                                                                       \
+    " b.rows_committed,"                                                                           \
+    " b.rows_covered,"                                                                             \
+    " b.batches_committed,"                                                                        \
+    " b.source_estimate,"                                                                          \
+    " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"                                    \
+    " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"                                       \
+    " (extract(epoch FROM b.started_at) * 1000000)::bigint,"                                       \
+    " (extract(epoch FROM b.last_progress_at) * 1000000)::bigint,"                                 \
+    " (extract(epoch FROM b.completed_at) * 1000000)::bigint,"                                     \
+    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+/* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
  * rows there are, writing at most max. */

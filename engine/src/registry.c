@@ -426,7 +426,8 @@ static char *compile_create_batch(const bf_definition *d)
 }
 
 /* Callback batch fence. $1 id, $2 generation, $3 owner, $4 checkpoint, $5 bound, $6 touched,
- * $7 lease_ms, $8 keys in the batch. Returns the new checkpoint; zero rows means fenced out. */
+ * $7 lease_ms, $8 keys in the batch, $9 the batch bound. Returns the new checkpoint; raises
+ * BFS01 when fenced out and BFB01 over the bound (batch_verdict). */
 static char *compile_fence(const bf_definition *d)
 {
     bf_strbuf sb;
@@ -435,7 +436,7 @@ static char *compile_fence(const bf_definition *d)
     add_cols(&sb, d, "b", "");
     bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
-    bf_strbuf_add(&sb, " LIMIT 1) ");
+    bf_strbuf_add(&sb, " LIMIT 1), bf_fenced AS (");
     bf_strbuf add;
     bf_strbuf_init(&add);
     bf_strbuf_add(&add, "(SELECT ");
@@ -465,7 +466,11 @@ static char *compile_fence(const bf_definition *d)
     add_tuple(&sb, d, "l");
     bf_strbuf_add(&sb, " > ");
     add_param(&sb, d, 4);
-    bf_strbuf_add(&sb, ")) RETURNING f.checkpoint::text");
+    /* the verdict raises when the fence matched nothing, so the COMMIT sent in the same round
+     * trip finds an aborted transaction and nothing of the batch commits */
+    bf_strbuf_add(&sb, ")) RETURNING f.checkpoint::text AS cp)"
+                       " SELECT (SELECT cp FROM bf_fenced), buzz_backfill.batch_verdict($8::bigint,"
+                       " $6::bigint, (SELECT count(*) FROM bf_fenced), $9::bigint)");
     return bf_strbuf_take(&sb);
 }
 

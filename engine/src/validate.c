@@ -18,7 +18,7 @@
 
 #define VALIDATION_LOCK_CLASS "1111883777"
 
-bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
+static bf_err validation_try_lock(bf_engine *e, const char *id, bool *acquired)
 {
     const char *params[] = {id};
     PGresult *r = NULL;
@@ -30,6 +30,46 @@ bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
     *acquired = bf__field_bool(r, 0, 0);
     PQclear(r);
     return BF_OK;
+}
+
+/*
+ * The validation lock is a session lock, so a validator whose process stopped (SIGSTOP, a hung
+ * host) between two chunks would hold it for as long as its idle connection lives, and the
+ * backfill could never be validated by anyone else. A holder that is an engine session of this
+ * database, idle (not in a transaction: those are ended by idle_in_transaction_session_timeout)
+ * for longer than a lease, has stopped: a live validator renews its claim or runs a chunk far
+ * more often. Its backend is terminated (which rolls back nothing: validation commits nothing
+ * but its outcome, fenced on the generation) and the lock is tried once more.
+ */
+bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
+{
+    bf_err err = validation_try_lock(e, id, acquired);
+    if (err != BF_OK || *acquired)
+        return err;
+    char lease[16];
+    bf__format(lease, sizeof lease, "%d", e->lease_ms);
+    const char *params[] = {id, lease};
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "find a stalled validator",
+                   "SELECT a.pid, pg_terminate_backend(a.pid, 1000) FROM pg_locks l"
+                   " JOIN pg_stat_activity a ON a.pid = l.pid"
+                   " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2"
+                   " AND l.classid = " VALIDATION_LOCK_CLASS "::bigint::oid"
+                   " AND l.objid = (hashtext($1)::bigint & 4294967295)::oid"
+                   " AND l.database = (SELECT oid FROM pg_database"
+                   "  WHERE datname = current_database())"
+                   " AND a.application_name = 'buzz-backfill' AND a.state = 'idle'"
+                   " AND a.state_change < clock_timestamp() - $2::integer * interval '1 ms'",
+                   2, params);
+    if (err != BF_OK) /* e.g. not allowed to signal that backend: the lock stays busy */
+        return BF_OK;
+    int stalled = PQntuples(r);
+    if (stalled > 0)
+        bf__log(e, BF_LOG_WARN,
+                "%s: terminated a stalled validator (backend %s idle past the lease)", id,
+                bf__field(r, 0, 0));
+    PQclear(r);
+    return stalled > 0 ? validation_try_lock(e, id, acquired) : BF_OK;
 }
 
 void bf__validation_unlock(bf_engine *e, const char *id)
@@ -51,7 +91,7 @@ static int chunk_size(const bf_definition *d)
 
 /* One declarative chunk: rows, rows still needing repair, last key. */
 static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *bound,
-                                const char *after, int chunk, long *rows, char *last, size_t cap,
+                                const char *after, int chunk, long *rows, char *last,
                                 bf_validation_run *run)
 {
     char n[16];
@@ -64,8 +104,10 @@ static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *
         return err;
     *rows = (long)bf__field_i64(r, 0, 0);
     long long bad = bf__field_i64(r, 0, 1);
-    bf__copy(last, cap, bf__field(r, 0, 2));
+    err = bf__key_field(e, last, r, 0, 2);
     PQclear(r);
+    if (err != BF_OK)
+        return err;
     if (bad > 0) {
         run->verdict = BF_ERR_VALIDATION_FAILED;
         bf__format(run->detail, sizeof run->detail, "%lld rows through the bound still need repair",
@@ -76,7 +118,7 @@ static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *
 
 /* One callback chunk: keys into bf_batch, then read-only, then the definition's check. */
 static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bound,
-                             const char *after, int chunk, long *rows, char *last, size_t cap,
+                             const char *after, int chunk, long *rows, char *last,
                              bf_validation_run *run)
 {
     char n[16];
@@ -108,9 +150,9 @@ static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bou
                    : verdict;
     if ((err = bf__exec(e, &r, "validation last key", c->sql_batch_last, 0, NULL)) != BF_OK)
         return err;
-    bf__copy(last, cap, bf__field(r, 0, 0));
+    err = bf__key_field(e, last, r, 0, 0);
     PQclear(r);
-    return BF_OK;
+    return err;
 }
 
 bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound, bool bound_empty,
@@ -124,7 +166,7 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
         return BF_OK;
     }
     const int chunk = chunk_size(c->def);
-    char after[BF_KEY_TEXT_MAX * 2] = "";
+    char after[BF_KEY_TEXT_MAX] = "";
     bool has_after = false;
     long total = 0;
     for (;;) {
@@ -133,12 +175,10 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
             return err;
         if ((err = bf__begin(e, c->def->validate == NULL)) != BF_OK)
             return err;
-        err = bf__set_local_timeouts(e);
         long rows = 0;
-        char last[BF_KEY_TEXT_MAX * 2] = "";
-        if (err == BF_OK)
-            err = (c->def->validate ? chunk_callback : chunk_declarative)(
-                e, c, bound, has_after ? after : NULL, chunk, &rows, last, sizeof last, run);
+        char last[BF_KEY_TEXT_MAX] = "";
+        err = (c->def->validate ? chunk_callback : chunk_declarative)(
+            e, c, bound, has_after ? after : NULL, chunk, &rows, last, run);
         bf__rollback(e); /* validation never commits */
         if (err != BF_OK)
             return err;
@@ -184,7 +224,8 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
         err = bf__exec(e, &r, "complete",
                        "UPDATE buzz_backfill.backfill SET state = 'completed',"
                        " completed_at = clock_timestamp(), claim_owner = NULL,"
-                       " claim_expires_at = NULL, claimed_at = NULL,"
+                       " claim_expires_at = NULL, claimed_at = NULL, error_class = NULL,"
+                       " error_detail = NULL, error_at = NULL,"
                        " validation_outcome = 'success', validation_detail = $3,"
                        " validated_at = clock_timestamp(), validation_request = $4,"
                        " updated_at = clock_timestamp()"
@@ -228,7 +269,7 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
 
 /* Raw bound, state and generation of a row, outside any transaction. */
 static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64_t *generation,
-                            char *bound, size_t cap, bool *bound_empty)
+                            char *bound, bool *bound_empty)
 {
     const char *params[] = {id};
     PGresult *r = NULL;
@@ -246,10 +287,10 @@ static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64
     (void)bf_state_parse(bf__field(r, 0, 0), &st);
     *state = st;
     *generation = bf__field_i64(r, 0, 1);
-    bf__copy(bound, cap, bf__field(r, 0, 2));
     *bound_empty = bf__field_bool(r, 0, 3);
+    err = bf__key_field(e, bound, r, 0, 2);
     PQclear(r);
-    return BF_OK;
+    return err;
 }
 
 static bf_err validate_current_state(validate_ctx *v, const char *reason)
@@ -268,10 +309,10 @@ static bf_err validate_run(validate_ctx *v, bool held)
     bf_action_result *out = v->out;
     bf_state state = 0;
     int64_t generation = 0;
-    char bound[BF_KEY_TEXT_MAX * 2];
+    char bound[BF_KEY_TEXT_MAX];
     bool empty = false;
     const bf_compiled *c = bf__registry_compiled(e->reg, v->id, NULL);
-    bf_err err = validate_read(e, v->id, &state, &generation, bound, sizeof bound, &empty);
+    bf_err err = validate_read(e, v->id, &state, &generation, bound, &empty);
     if (err == BF_ERR_NOT_FOUND) {
         out->err = BF_ERR_NOT_FOUND;
         bf__copy(out->detail, sizeof out->detail, "rejected: backfill not found");
@@ -368,9 +409,9 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
             memset(out, 0, sizeof *out);
             bf_state st = 0;
             int64_t gen = 0;
-            char bound[BF_KEY_TEXT_MAX * 2];
+            char bound[BF_KEY_TEXT_MAX];
             bool empty;
-            if (validate_read(e, id, &st, &gen, bound, sizeof bound, &empty) == BF_OK) {
+            if (validate_read(e, id, &st, &gen, bound, &empty) == BF_OK) {
                 out->prior = out->result = st;
                 out->generation = gen;
             }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "strbuf.h"
 
 struct bf_worker {
     bf_engine *e;
@@ -44,11 +45,12 @@ struct bf_worker {
     const bf_compiled *c;
     int64_t generation;
     bf_state state;
-    char bound[BF_KEY_TEXT_MAX * 2]; /* text[] literal */
+    char bound[BF_KEY_TEXT_MAX]; /* text[] literal */
     bool bound_empty;
     bool has_checkpoint;
-    char checkpoint[BF_KEY_TEXT_MAX * 2]; /* text[] literal */
+    char checkpoint[BF_KEY_TEXT_MAX]; /* text[] literal */
     bool prereq_checked;
+    bool validation_locked; /* this session holds the validation lock of id */
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -59,24 +61,62 @@ static void worker_param_int(char *buf, size_t cap, long long v)
 static void worker_drop_claim(bf_worker *w)
 {
     w->has_claim = false;
+    if (w->validation_locked) {
+        bf__validation_unlock(w->e, w->id);
+        w->validation_locked = false;
+    }
+}
+
+static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_step_info *info);
+
+static int worker_max_attempts(const bf_compiled *c)
+{
+    return c->def->retry.max_attempts ? c->def->retry.max_attempts : 5;
 }
 
 /* ---- claims ---------------------------------------------------------------------------- */
 
+/*
+ * The claim: one statement. The row is locked with SKIP LOCKED, so a claimer never waits on a
+ * row another session holds (a batch committing, an operator's action): it is simply not
+ * claimable this time. Taking over an expired claim advances the generation like any claim
+ * and also counts the attempt the expired owner never recorded (its own failure would be
+ * fenced out now): a batch that keeps outlasting its lease, or keeps waiting on a lock past
+ * it, therefore still reaches failed after max_attempts ($5), in this statement, audited.
+ */
 static const char claim_sql[] =
-    "UPDATE buzz_backfill.backfill b SET claim_owner = $2,"
-    " claim_expires_at = clock_timestamp() + $3::integer * interval '1 ms',"
-    " claimed_at = clock_timestamp(), generation = b.generation + 1,"
-    " updated_at = clock_timestamp()"
-    " FROM (SELECT id, claim_owner AS prev_owner FROM buzz_backfill.backfill WHERE id = $1) p"
-    " WHERE b.id = $1 AND p.id = b.id AND b.state IN ('running', 'validating')"
-    " AND b.key_types = $4"
-    " AND (b.claim_owner IS NULL OR b.claim_expires_at <= clock_timestamp())"
-    " AND (b.next_attempt_at IS NULL OR b.next_attempt_at <= clock_timestamp())"
-    " RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
-    " p.prev_owner";
+    "WITH p AS (SELECT id, claim_owner AS prev_owner, state AS prev_state,"
+    "  claim_owner IS NOT NULL AND attempts + 1 >= $5::integer AS exhausted"
+    "  FROM buzz_backfill.backfill WHERE id = $1 AND state IN ('running', 'validating')"
+    "  AND key_types = $4"
+    "  AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
+    "  AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
+    "  FOR UPDATE SKIP LOCKED),"
+    " u AS (UPDATE buzz_backfill.backfill b SET generation = b.generation + 1,"
+    "  attempts = b.attempts + (p.prev_owner IS NOT NULL)::integer,"
+    "  state = CASE WHEN p.exhausted THEN 'failed' ELSE b.state END,"
+    "  claim_owner = CASE WHEN p.exhausted THEN NULL ELSE $2 END,"
+    "  claim_expires_at = CASE WHEN p.exhausted THEN NULL"
+    "   ELSE clock_timestamp() + $3::integer * interval '1 ms' END,"
+    "  claimed_at = CASE WHEN p.exhausted THEN NULL ELSE clock_timestamp() END,"
+    "  error_class = CASE WHEN p.prev_owner IS NULL THEN b.error_class ELSE 'retryable' END,"
+    "  error_detail = CASE WHEN p.prev_owner IS NULL THEN b.error_detail ELSE $6 END,"
+    "  error_at = CASE WHEN p.prev_owner IS NULL THEN b.error_at ELSE clock_timestamp() END,"
+    "  updated_at = clock_timestamp()"
+    "  FROM p WHERE b.id = p.id"
+    "  RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
+    "  p.prev_owner, b.attempts, p.exhausted, p.prev_state),"
+    " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority, prior_state,"
+    "  result_state, generation, outcome)"
+    "  SELECT $1, 'worker', $2, 'engine', u.prev_state, 'failed', u.generation, $6 FROM u"
+    "  WHERE u.exhausted RETURNING 1)"
+    " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
+    " u.attempts, u.exhausted, (SELECT count(*) FROM a),"
+    " CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text END FROM u";
 
-static bf_err worker_claim_id(bf_worker *w, const char *id)
+/* Claim id. validating: the row was seen in validating, so the validation lock is taken first
+ * and the row is left alone (no claim, no generation) while another session validates it. */
+static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
 {
     bf_engine *e = w->e;
     size_t index = 0;
@@ -84,33 +124,69 @@ static bf_err worker_claim_id(bf_worker *w, const char *id)
     if (c == NULL) /* fail closed: never claim what this process cannot run */
         return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s",
                         bf_id_valid(id) ? id : "(invalid id)");
-    char lease[16];
+    bool locked = false;
+    if (validating) {
+        bf_err err = bf__validation_lock(e, id, &locked);
+        if (err != BF_OK)
+            return err;
+        if (!locked)
+            return bf__diag(e, BF_ERR_NO_WORK, "%s: validation already in progress", id);
+    }
+    char lease[16], max[16];
     worker_param_int(lease, sizeof lease, e->lease_ms);
-    const char *params[] = {id, e->owner, lease, c->key_types};
+    worker_param_int(max, sizeof max, worker_max_attempts(c));
+    const char *params[] = {id,    e->owner,
+                            lease, c->key_types,
+                            max,   "the previous claim expired before its work committed"};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "claim", claim_sql, 4, params);
-    if (err != BF_OK)
-        return err;
-    if (PQntuples(r) == 0) {
+    bf_err err = bf__exec(e, &r, "claim", claim_sql, 6, params);
+    if (err == BF_OK && PQntuples(r) == 0)
+        err = bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
+    if (err == BF_OK && bf__field_bool(r, 0, 7)) {
+        bf__log(e, BF_LOG_ERROR, "%s: failed: attempt %lld expired before its work committed", id,
+                (long long)bf__field_i64(r, 0, 6));
+        err = bf__diag(e, BF_ERR_NO_WORK, "%s failed: its attempts expired", id);
+    }
+    if (err != BF_OK) {
         PQclear(r);
-        return bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
+        if (locked)
+            bf__validation_unlock(e, id);
+        return err;
     }
     w->has_claim = true;
     bf__copy(w->id, sizeof w->id, id);
     w->index = index;
     w->c = c;
+    w->validation_locked = locked;
     w->generation = bf__field_i64(r, 0, 0);
     bf_state st = 0;
     (void)bf_state_parse(bf__field(r, 0, 1), &st);
     w->state = st;
-    bf__copy(w->bound, sizeof w->bound, bf__field(r, 0, 2));
     w->bound_empty = bf__field_bool(r, 0, 3);
     w->has_checkpoint = !bf__isnull(r, 0, 4);
-    bf__copy(w->checkpoint, sizeof w->checkpoint, bf__field(r, 0, 4));
     w->prereq_checked = false;
-    bool takeover = !bf__isnull(r, 0, 5);
-    bf__log(e, BF_LOG_INFO, "%s %s at generation %lld (%s)", takeover ? "took over" : "claimed", id,
-            (long long)w->generation, bf_state_name(w->state));
+    err = bf__key_field(e, w->bound, r, 0, 2);
+    if (err == BF_OK)
+        err = bf__key_field(e, w->checkpoint, r, 0, 4);
+    if (err != BF_OK) {
+        /* a row written before the key length constraints whose keys this build cannot hold:
+         * fail closed (blocked), never truncate a key */
+        PQclear(r);
+        char detail[BF_DIAG_MAX];
+        bf__copy(detail, sizeof detail, e->diag);
+        w->bound[0] = w->checkpoint[0] = '\0';
+        bf_step_info info;
+        memset(&info, 0, sizeof info);
+        (void)worker_fail(w, BF_ERR_DATA_INVARIANT, detail, &info);
+        return bf__diag(e, BF_ERR_NO_WORK, "%s: %s", id, detail);
+    }
+    if (!bf__isnull(r, 0, 5))
+        bf__log(e, BF_LOG_INFO, "took over %s at generation %lld (%s) from %s; attempt %lld", id,
+                (long long)w->generation, bf_state_name(w->state), bf__field(r, 0, 5),
+                (long long)bf__field_i64(r, 0, 6));
+    else
+        bf__log(e, BF_LOG_INFO, "claimed %s at generation %lld (%s)", id, (long long)w->generation,
+                bf_state_name(w->state));
     PQclear(r);
     if (w->hooks.after_claim != NULL)
         w->hooks.after_claim(w->hooks.arg, w->id, w->generation);
@@ -127,13 +203,14 @@ bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
     if (err != BF_OK)
         return err;
     if (id != NULL) {
-        err = worker_claim_id(w, id);
+        err = worker_claim_id(w, id, false);
     } else {
         /* candidates among the IDs this process knows; the claim statement decides */
         const char *params[] = {bf__registry_ids(w->e->reg, false)};
         PGresult *r = NULL;
         err = bf__exec(w->e, &r, "find work",
-                       "SELECT id FROM buzz_backfill.backfill WHERE id = ANY($1::text[])"
+                       "SELECT id, state = 'validating' FROM buzz_backfill.backfill"
+                       " WHERE id = ANY($1::text[])"
                        " AND state IN ('running', 'validating')"
                        " AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
                        " AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
@@ -143,7 +220,7 @@ bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
             return err;
         err = bf__diag(w->e, BF_ERR_NO_WORK, "no eligible work");
         for (int i = 0; i < PQntuples(r) && err == BF_ERR_NO_WORK; i++)
-            err = worker_claim_id(w, bf__field(r, i, 0));
+            err = worker_claim_id(w, bf__field(r, i, 0), bf__field_bool(r, i, 1));
         PQclear(r);
     }
     if (err == BF_OK && generation_out != NULL)
@@ -214,19 +291,25 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
                                 const char *detail, const char *outcome)
 {
     bf_engine *e = w->e;
-    char gen[24], sql[1024];
+    char gen[24];
     worker_param_int(gen, sizeof gen, w->generation);
-    bf__format(sql, sizeof sql,
-               "WITH u AS (UPDATE buzz_backfill.backfill SET state = $5, %s,"
-               " updated_at = clock_timestamp()"
-               " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-               " AND claim_expires_at > clock_timestamp() AND state = $4"
-               " AND checkpoint IS NOT DISTINCT FROM $7::text[] RETURNING generation)"
-               ", a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
-               " prior_state, result_state, generation, outcome)"
-               " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1)"
-               " SELECT pg_notify('buzz_backfill', $1) FROM a",
-               set);
+    bf_strbuf sql;
+    bf_strbuf_init(&sql);
+    bf_strbuf_addf(
+        &sql,
+        "WITH u AS (UPDATE buzz_backfill.backfill SET state = $5, %s,"
+        " updated_at = clock_timestamp()"
+        " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+        " AND claim_expires_at > clock_timestamp() AND state = $4"
+        " AND checkpoint IS NOT DISTINCT FROM $7::text[] RETURNING generation)"
+        ", a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority,"
+        " prior_state, result_state, generation, outcome)"
+        " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1)"
+        " SELECT pg_notify('buzz_backfill', $1) FROM a",
+        set);
+    char *text = bf_strbuf_take(&sql);
+    if (text == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
     const char *params[] = {w->id,
                             gen,
                             e->owner,
@@ -236,7 +319,8 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
                             w->has_checkpoint ? w->checkpoint : NULL,
                             detail};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "worker transition", sql, detail ? 8 : 7, params);
+    bf_err err = bf__exec(e, &r, "worker transition", text, detail ? 8 : 7, params);
+    free(text);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
@@ -266,7 +350,8 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
     bf_err err =
         worker_transition(w,
                           "completed_at = clock_timestamp(), claim_owner = NULL,"
-                          " claim_expires_at = NULL, claimed_at = NULL,"
+                          " claim_expires_at = NULL, claimed_at = NULL, error_class = NULL,"
+                          " error_detail = NULL, error_at = NULL,"
                           " validation_outcome = 'success', validation_detail = $8,"
                           " validated_at = clock_timestamp(), validation_request = NULL",
                           BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail, "validation succeeded");
@@ -321,7 +406,7 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
     const bf_retry_policy *p = &w->c->def->retry;
     char gen[24], max[16], base[16], cap[16];
     worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(max, sizeof max, p->max_attempts ? p->max_attempts : 5);
+    worker_param_int(max, sizeof max, worker_max_attempts(w->c));
     worker_param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
     worker_param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
     static const char *const modes[] = {
@@ -441,38 +526,37 @@ typedef struct loop_result {
 /*
  * The declarative form: one CALL of the definition's loop procedure, which commits up to
  * step_batches batches and starts none after step_ms, each batch its own fenced transaction.
- * One round trip: the timeouts are set for the session, the CALL, the timeouts reset (two
- * pipeline segments, so the reset runs even when the CALL failed). statement_timeout bounds
- * the whole CALL: step_ms plus one batch's statement_timeout_ms.
+ * One round trip: statement_timeout raised for the CALL, the CALL, statement_timeout restored
+ * to the session's (two pipeline segments, so the restore runs even when the CALL failed).
+ * statement_timeout bounds the whole CALL: step_ms plus one batch's statement_timeout_ms.
  */
-static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
+/* cp: BF_KEY_TEXT_MAX bytes */
+static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp)
 {
     bf_engine *e = w->e;
     bf_err err = loop_ensure(e, w->index, w->c);
     if (err != BF_OK)
         return err;
-    char gen[24], limit[16], lease[16], max[16], step_ms[16], timeouts[160];
+    char gen[24], limit[16], lease[16], max[16], step_ms[16], raise[96], restore[96];
     worker_param_int(gen, sizeof gen, w->generation);
     worker_param_int(limit, sizeof limit, w->c->def->batch_size);
     worker_param_int(lease, sizeof lease, e->lease_ms);
     worker_param_int(max, sizeof max, e->step_batches);
     worker_param_int(step_ms, sizeof step_ms, e->step_ms);
-    bf__format(timeouts, sizeof timeouts,
-               "SELECT set_config('statement_timeout', '%lld', false),"
-               " set_config('lock_timeout', '%d', false)",
-               (long long)e->step_ms + e->statement_timeout_ms, e->lock_timeout_ms);
+    /* integers only: these cannot be cut */
+    bf__format(raise, sizeof raise, "SET statement_timeout = %lld",
+               (long long)e->step_ms + e->statement_timeout_ms);
+    bf__format(restore, sizeof restore, "SET statement_timeout = %d", e->statement_timeout_ms);
     const char *params[] = {w->id,    gen,     e->owner,
                             w->bound, limit,   lease,
                             max,      step_ms, w->has_checkpoint ? w->checkpoint : NULL};
     if (PQenterPipelineMode(e->conn) != 1)
         return bf__pg_error(e, NULL, "enter pipeline");
-    bool sent =
-        PQsendQueryParams(e->conn, timeouts, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-        PQsendQueryParams(e->conn, w->c->sql_call, 9, NULL, params, NULL, NULL, 0) == 1 &&
-        PQpipelineSync(e->conn) == 1 &&
-        PQsendQueryParams(e->conn, "RESET statement_timeout", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-        PQsendQueryParams(e->conn, "RESET lock_timeout", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-        PQpipelineSync(e->conn) == 1;
+    bool sent = PQsendQueryParams(e->conn, raise, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, w->c->sql_call, 9, NULL, params, NULL, NULL, 0) == 1 &&
+                PQpipelineSync(e->conn) == 1 &&
+                PQsendQueryParams(e->conn, restore, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQpipelineSync(e->conn) == 1;
     if (!sent) {
         bf__log(e, BF_LOG_WARN, "could not send batch: %s", PQerrorMessage(e->conn));
         PQfinish(e->conn);
@@ -482,7 +566,7 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
     PGresult *res = NULL;
     err = pipeline_collect(e, 2, 1, &res, false);
     if (e->conn != NULL) {
-        bf_err reset = pipeline_collect(e, 2, -1, NULL, true);
+        bf_err reset = pipeline_collect(e, 1, -1, NULL, true);
         if (err == BF_OK)
             err = reset;
     }
@@ -490,8 +574,14 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
         PQclear(res);
         return err;
     }
-    /* checkpoint, batches, rows_covered, rows_touched */
-    bf__copy(cp, cap, bf__isnull(res, 0, 0) ? "" : bf__field(res, 0, 0));
+    /* checkpoint, batches, rows_covered, rows_touched; the checkpoint fits (the schema's
+     * checkpoint_text_length constraint refused the batch otherwise) */
+    if (bf__key_field(e, cp, res, 0, 0) != BF_OK)
+        err = bf__diag(e, BF_ERR_INTERNAL, "batch: a committed checkpoint does not fit");
+    if (err != BF_OK) {
+        PQclear(res);
+        return err;
+    }
     out->batches = (long)bf__field_i64(res, 0, 1);
     out->rows = (long)bf__field_i64(res, 0, 2);
     out->touched = (long)bf__field_i64(res, 0, 3);
@@ -500,8 +590,8 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp, size_t cap)
 }
 
 /* The callback batch: keys into bf_batch, the definition's statements, the fence, COMMIT. */
-static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, size_t cap,
-                             char *detail, size_t dcap)
+static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, char *detail,
+                             size_t dcap)
 {
     bf_engine *e = w->e;
     const bf_compiled *c = w->c;
@@ -512,9 +602,7 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
     bf_err err = bf__begin(e, false);
     if (err != BF_OK)
         return err;
-    err = bf__set_local_timeouts(e);
-    if (err == BF_OK)
-        err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
+    err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
     if (err == BF_OK)
         err = bf__exec(e, &r, "select batch", c->sql_keys[w->has_checkpoint ? 1 : 0],
                        w->has_checkpoint ? 3 : 2, kp);
@@ -541,17 +629,32 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
     worker_param_int(nt, sizeof nt, txn.touched);
     worker_param_int(nk, sizeof nk, *rows); /* the keys in bf_batch, counted when selected */
     const char *fp[] = {w->id,    gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
-                        w->bound, nt,  lease,    nk};
-    err = bf__exec(e, &r, "advance checkpoint", c->sql_fence, 8, fp);
-    if (err == BF_OK && PQntuples(r) == 0)
-        err = bf__diag(e, BF_ERR_STALE, "batch: claim or generation no longer current (BFS01)");
-    if (err == BF_OK)
-        bf__copy(cp, cap, bf__field(r, 0, 0));
-    PQclear(r);
-    if (err == BF_OK)
-        err = bf__commit(e);
-    if (err != BF_OK) {
+                        w->bound, nt,  lease,    nk,
+                        limit};
+    /* the fence and COMMIT in one round trip: once the fence holds the backfill row's lock,
+     * nothing this process does (or fails to do: a stop, a hang) can delay the commit that
+     * releases it. The fence raises when it matched nothing, so the COMMIT then finds an aborted
+     * transaction and nothing commits. */
+    if (PQenterPipelineMode(e->conn) != 1) {
         bf__rollback(e);
+        return bf__pg_error(e, NULL, "enter pipeline");
+    }
+    bool sent = PQsendQueryParams(e->conn, c->sql_fence, 9, NULL, fp, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQpipelineSync(e->conn) == 1;
+    if (!sent) {
+        bf__log(e, BF_LOG_WARN, "could not send batch commit: %s", PQerrorMessage(e->conn));
+        PQfinish(e->conn);
+        e->conn = NULL;
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
+    }
+    r = NULL;
+    err = pipeline_collect(e, 2, 0, &r, true);
+    if (err == BF_OK && bf__key_field(e, cp, r, 0, 0) != BF_OK)
+        err = bf__diag(e, BF_ERR_INTERNAL, "batch: a committed checkpoint does not fit");
+    PQclear(r);
+    if (err != BF_OK) {
+        bf__rollback(e); /* the transaction the failed fence aborted */
         return err;
     }
     *touched = txn.touched;
@@ -608,8 +711,6 @@ static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
     err = bf__begin(e, true);
     PGresult *r = NULL;
     if (err == BF_OK)
-        err = bf__set_local_timeouts(e);
-    if (err == BF_OK)
         err = bf__exec(e, &r, "prerequisite", w->c->sql_prereq, 0, NULL);
     bf__rollback(e);
     if (err != BF_OK) {
@@ -633,14 +734,13 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     if (err != BF_OK || blocked)
         return err;
     loop_result done = {0};
-    char cp[BF_KEY_TEXT_MAX * 2] = "", detail[BF_DIAG_MAX] = "";
+    char cp[BF_KEY_TEXT_MAX] = "", detail[BF_DIAG_MAX] = "";
     if (!w->bound_empty) {
         if (w->c->def->mutate != NULL) {
-            err =
-                batch_callback(w, &done.rows, &done.touched, cp, sizeof cp, detail, sizeof detail);
+            err = batch_callback(w, &done.rows, &done.touched, cp, detail, sizeof detail);
             done.batches = done.rows > 0;
         } else {
-            err = batch_loop(w, &done, cp, sizeof cp);
+            err = batch_loop(w, &done, cp);
         }
         if (err != BF_OK)
             return step_failed(w, err, detail, info);
@@ -672,11 +772,13 @@ static bf_err renew_gate(void *arg)
 static bf_err step_validating(bf_worker *w, bf_step_info *info)
 {
     bf_engine *e = w->e;
-    bool locked = false;
-    bf_err err = bf__validation_lock(e, w->id, &locked);
-    if (err != BF_OK)
+    bf_err err = BF_OK;
+    /* usually taken with the claim (worker_claim_id); not when the row entered validating
+     * under this claim or was claimed by ID */
+    if (!w->validation_locked &&
+        (err = bf__validation_lock(e, w->id, &w->validation_locked)) != BF_OK)
         return err;
-    if (!locked) { /* an explicit validation runs: let it finish, come back later */
+    if (!w->validation_locked) { /* an explicit validation runs: let it finish, come back later */
         err = bf_worker_release(w);
         info->step = BF_STEP_IDLE;
         bf__copy(info->detail, sizeof info->detail, "validation already in progress");
@@ -685,7 +787,10 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     const bf_compiled *c = w->c;
     bf_validation_run run;
     err = bf__validation_run(e, c, w->bound, w->bound_empty, renew_gate, w, &run);
-    bf__validation_unlock(e, info->id);
+    if (w->validation_locked) { /* a lost claim released it already */
+        bf__validation_unlock(e, w->id);
+        w->validation_locked = false;
+    }
     if (err != BF_OK) /* including BF_ERR_STALE when the gate could not renew the claim */
         return step_failed(w, err, "", info);
     if (run.outcome == BF_VALIDATION_SUCCESS) {

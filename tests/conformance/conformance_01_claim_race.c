@@ -3,10 +3,12 @@
  *
  * Several workers, each with its own engine (its own PostgreSQL session and owner identity) on
  * its own thread, contend for one running row. The test makes the race real instead of likely:
- * it holds the backfill row's lock (SELECT ... FOR UPDATE, which writes nothing) until every
- * contender's claim statement is queued behind it, then releases them all at once, so
- * PostgreSQL alone decides. Exactly one contender owns the claim; it alone commits a batch,
- * under its generation; every other contender gets BF_ERR_NO_WORK and commits nothing.
+ * it holds the backfill table in SHARE mode (which writes nothing and conflicts with every
+ * UPDATE's table lock) until every contender's claim statement is queued behind it, then
+ * releases them all at once, so PostgreSQL alone decides. (The claim itself never waits on the
+ * row: it locks it with SKIP LOCKED, so a contender that meets another's row lock skips it.)
+ * Exactly one contender owns the claim; it alone commits a batch, under its generation; every
+ * other contender gets BF_ERR_NO_WORK and commits nothing.
  *
  * The owner then abandons its claim (stops renewing, never releases). After the lease expires
  * a new worker takes over with the SAME owner identity (a restarted process that reuses its
@@ -123,9 +125,9 @@ static void test_claim_race_and_takeover(void **state)
         cs[i].err = BF_ERR_INTERNAL;
     }
 
-    /* barrier: hold the row so that every claim statement queues behind it */
+    /* barrier: hold the table so that every claim statement queues behind it */
     bt_exec(c, "BEGIN");
-    bt_exec(c, "SELECT 1 FROM buzz_backfill.backfill WHERE id = '" RACE_ID "' FOR UPDATE");
+    bt_exec(c, "LOCK TABLE buzz_backfill.backfill IN SHARE MODE");
     pthread_t threads[CONTENDERS];
     for (int i = 0; i < CONTENDERS; i++)
         assert_int_equal(pthread_create(&threads[i], NULL, contender_main, &cs[i]), 0);

@@ -59,6 +59,9 @@ static const bf_definition count_once = {
     .update_set = "counter = t.counter + 1",
     .postcondition = "t.counter = 1",
     .validate_chunk = 10000,
+    /* a takeover counts the killed owner's attempt, and kills can land before the new owner's
+     * first commit several times in a row: enough attempts for every kill of the run */
+    .retry = {.max_attempts = 100},
 };
 
 static const bf_definition *const defs[] = {&count_once};
