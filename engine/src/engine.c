@@ -203,8 +203,8 @@ static bf_err engine_connect(bf_engine *e)
     if (PQstatus(e->conn) != CONNECTION_OK) {
         /* libpq's message may echo the host or user: log it, keep it out of the diagnostic;
          * once per outage, later attempts at debug level */
-        bf__log(e, e->outage ? BF_LOG_DEBUG : BF_LOG_WARN, "could not connect to database: %s",
-                PQerrorMessage(e->conn));
+        bf__log(e, e->connect_failures++ ? BF_LOG_DEBUG : BF_LOG_WARN,
+                "could not connect to database: %s", PQerrorMessage(e->conn));
         e->outage = true;
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not connect to database");
     }
@@ -228,6 +228,7 @@ static bf_err engine_connect(bf_engine *e)
     if (e->outage)
         bf__log(e, BF_LOG_INFO, "database connection restored");
     e->outage = false;
+    e->connect_failures = 0;
     return BF_OK;
 }
 

@@ -246,12 +246,14 @@ static void add_fence(bf_strbuf *sb, const fence_sql *f)
 }
 
 /* The loop's statement for the batch's last key and size, after the checkpoint when after is
- * set: one aggregate for a single-column key; for a compound key row_number() streams over
- * the keyset and a top-1 sort keeps the last row. */
+ * set: one aggregate for a single-column key of a type with max(); otherwise (a compound key,
+ * bytea or uuid, which PostgreSQL 15 has no max() for) row_number() streams over the keyset
+ * and a top-1 sort keeps the last row. */
 static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
 {
     bf_strbuf_add(sb, "SELECT ");
-    if (d->nkey == 1) {
+    bool has_max = d->key[0].type != BF_KEY_BYTEA && d->key[0].type != BF_KEY_UUID;
+    if (d->nkey == 1 && has_max) {
         bf_strbuf_addf(sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
         add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
         bf_strbuf_add(sb, ") k;\n");
