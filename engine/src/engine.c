@@ -245,6 +245,24 @@ bf_err bf__ensure_conn(bf_engine *e)
     return engine_connect(e);
 }
 
+bf_err bf_config_check(const bf_config *cfg, char *diag, size_t diag_len)
+{
+    if (cfg == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    long long lease = cfg->lease_ms ? cfg->lease_ms : 30000;
+    long long stmt = cfg->statement_timeout_ms ? cfg->statement_timeout_ms : 10000;
+    long long lock = cfg->lock_timeout_ms ? cfg->lock_timeout_ms : 2000;
+    long long step = cfg->step_ms ? cfg->step_ms : 200;
+    if (lease > step + stmt && lease > lock)
+        return BF_OK;
+    if (diag != NULL && diag_len > 0)
+        bf__format(diag, diag_len,
+                   "lease_ms (%lld) must be longer than step_ms + statement_timeout_ms (%lld) and"
+                   " lock_timeout_ms (%lld)",
+                   lease, step + stmt, lock);
+    return BF_ERR_INVALID_ARGUMENT;
+}
+
 bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *reg)
 {
     if (out == NULL || cfg == NULL || cfg->conninfo == NULL)

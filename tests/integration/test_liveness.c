@@ -739,9 +739,27 @@ static void test_logs_carry_no_row_data(void **state)
     finish(admin, reg);
 }
 
+/* bf_config_check: the lease must outlast a step's CALL and a lock wait. */
+static void test_config_check_lease(void **state)
+{
+    (void)state;
+    char diag[256] = "";
+    bf_config ok = {.lease_ms = 30000}; /* defaults: 200 + 10000, 2000 */
+    assert_int_equal(bf_config_check(&ok, diag, sizeof diag), BF_OK);
+    bf_config short_lease = {.lease_ms = 10200};
+    assert_int_equal(bf_config_check(&short_lease, diag, sizeof diag), BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "lease_ms (10200) must be longer"));
+    bf_config slow_locks = {
+        .lease_ms = 5000, .statement_timeout_ms = 1000, .lock_timeout_ms = 5000};
+    assert_int_equal(bf_config_check(&slow_locks, diag, sizeof diag), BF_ERR_INVALID_ARGUMENT);
+    bf_config tight = {.lease_ms = 1201, .statement_timeout_ms = 1000, .lock_timeout_ms = 1000};
+    assert_int_equal(bf_config_check(&tight, diag, sizeof diag), BF_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_check_lease),
         cmocka_unit_test(test_claim_skips_locked_row),
         cmocka_unit_test(test_actions_and_registration_bounded),
         cmocka_unit_test(test_stalled_client_loses_session),

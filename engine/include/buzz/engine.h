@@ -17,6 +17,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "buzz/definition.h"
@@ -47,6 +48,15 @@ typedef struct bf_config {
     bf_log_fn log;            /* optional */
     void *log_arg;
 } bf_config;
+
+/*
+ * Check that the lease outlasts what a claim holder may spend without renewing it: one step's
+ * CALL (step_ms + statement_timeout_ms) and one lock wait (lock_timeout_ms); zero fields count
+ * as their defaults. BF_OK, or BF_ERR_INVALID_ARGUMENT with a short reason in diag. A shorter
+ * lease lets a working owner be taken over (and its attempt counted). bf_engine_open() does not
+ * call it (tests use short leases on purpose); a service should, before it runs workers.
+ */
+bf_err bf_config_check(const bf_config *cfg, char *diag, size_t diag_len);
 
 typedef struct bf_engine bf_engine;
 
