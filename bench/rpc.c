@@ -416,7 +416,7 @@ static void server_ticks(PGconn *mon, long long *daemon, long long *backends)
     *daemon = cpu_ticks(opts.pid);
     *backends = 0;
     PGresult *r = PQexec(mon, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                              " AND application_name = 'buzz-backfill'");
+                              " AND application_name LIKE 'buzz-backfill%'");
     for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
         long long t = cpu_ticks(strtol(PQgetvalue(r, i, 0), NULL, 10));
         if (t < 0) {

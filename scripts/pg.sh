@@ -12,7 +12,7 @@ MARKER=".buzz-pg-cluster"
 usage()
 {
     cat <<USAGE
-Usage: $PROG start|stop|url|status|psql [psql args...]
+Usage: $PROG start|stop|url|status|crash-restart|psql [psql args...]
 
 Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
 (trust auth, user "postgres", 127.0.0.1 only, durability switched off).
@@ -22,6 +22,9 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
   stop     fast shutdown; as root the temporary state dir is deleted too
   url      print the libpq URL, e.g. postgresql://postgres@127.0.0.1:54320/postgres
   status   print whether it runs (exit 0 if running, 3 if not)
+  crash-restart
+           immediate shutdown (a crash: every session dropped, crash recovery)
+           and start again on the same port (tests/robustness)
   psql     run psql against the cluster with the remaining arguments
 
 State dir: <repo>/.pg/ for normal users; as root a mktemp dir under /tmp run
@@ -272,7 +275,7 @@ init_cluster()
 # ---- buzz-backfill private test cluster (scripts/pg.sh) ----
 listen_addresses = '127.0.0.1'
 fsync = off
-synchronous_commit = off
+synchronous_commit = on
 full_page_writes = off
 max_connections = 200
 shared_buffers = 256MB
@@ -407,6 +410,18 @@ cmd_stop()
     fi
 }
 
+# A crash and restart: immediate shutdown (no checkpoint, every session dropped at once, crash
+# recovery on start), then start on the same port. For the robustness tests.
+cmd_crash_restart()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    as_owner "$BINDIR/pg_ctl" restart -D "$DATA" -m immediate -w -t 60 -l "$LOG" >/dev/null ||
+        die "restart failed (log: $LOG)"
+    echo "$PROG: restarted after an immediate shutdown"
+}
+
 cmd_url()
 {
     resolve_state
@@ -445,6 +460,9 @@ main()
         return 0
         ;;
     start | stop | url | status | psql) ;;
+    crash-restart)
+        cmd="crash_restart"
+        ;;
     "")
         usage >&2
         return 2

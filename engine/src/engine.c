@@ -44,6 +44,24 @@ int bf__idle_tx_timeout_ms(const bf_engine *e)
     return e->lease_ms / 2;
 }
 
+/* application_name "buzz-backfill <owner>" (PostgreSQL keeps 63 bytes of it): operators see in
+ * pg_stat_activity which process and worker a session belongs to. */
+static bf_err engine_session_name(bf_engine *e)
+{
+    char name[BF_OWNER_MAX + 16];
+    bf__format(name, sizeof name, "buzz-backfill %s", e->owner);
+    const char *params[] = {name};
+    PGresult *r = PQexecParams(e->conn, "SELECT set_config('application_name', $1, false)", 1, NULL,
+                               params, NULL, NULL, 0);
+    bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    if (!ok) {
+        bf__log(e, BF_LOG_ERROR, "could not name the session: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    }
+    return BF_OK;
+}
+
 /* SET the session's timeouts (the ones a step's CALL changes and restores too). */
 static bf_err engine_session_timeouts(bf_engine *e)
 {
@@ -188,6 +206,9 @@ static void engine_describe(const PGresult *res, char *out, size_t cap)
 static void engine_notice(void *arg, const PGresult *res)
 {
     bf_engine *e = arg;
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (severity != NULL && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
+        e->goodbye = true; /* the server is ending this session */
     char msg[BF_DIAG_MAX];
     engine_describe(res, msg, sizeof msg);
     bf__log(e, BF_LOG_WARN, "database notice: %s", msg);
@@ -208,6 +229,7 @@ static bf_err engine_connect(bf_engine *e)
         e->outage = true;
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not connect to database");
     }
+    e->goodbye = false;
     PQsetNoticeReceiver(e->conn, engine_notice, e);
     PGresult *r = PQexec(e->conn, session_setup);
     ExecStatusType st = PQresultStatus(r);
@@ -219,6 +241,8 @@ static bf_err engine_connect(bf_engine *e)
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
     }
     bf_err err = engine_session_timeouts(e);
+    if (err == BF_OK)
+        err = engine_session_name(e);
     if (err != BF_OK)
         return err;
     if (e->prepared != NULL && e->reg != NULL)
@@ -232,9 +256,29 @@ static bf_err engine_connect(bf_engine *e)
     return BF_OK;
 }
 
+/* An idle session whose server went away (a restart, a terminated backend) only learns it on
+ * its next statement, which then fails. Input waiting on an idle connection is either a
+ * notification or the server's goodbye: read it, and the connection's status tells. */
+static bool engine_idle_conn_alive(bf_engine *e)
+{
+    if (PQtransactionStatus(e->conn) != PQTRANS_IDLE)
+        return true;
+    for (int i = 0; i < 4 && !e->goodbye; i++) {
+        struct pollfd pfd = {.fd = PQsocket(e->conn), .events = POLLIN};
+        if (pfd.fd < 0)
+            return false;
+        if (poll(&pfd, 1, 0) <= 0)
+            break;
+        if (PQconsumeInput(e->conn) != 1)
+            return false;
+        (void)PQisBusy(e->conn); /* parses it: a FATAL to an idle session arrives as a notice */
+    }
+    return !e->goodbye && PQstatus(e->conn) == CONNECTION_OK;
+}
+
 bf_err bf__ensure_conn(bf_engine *e)
 {
-    if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK) {
+    if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK && engine_idle_conn_alive(e)) {
         if (PQtransactionStatus(e->conn) == PQTRANS_INERROR)
             bf__rollback(e);
         return BF_OK;

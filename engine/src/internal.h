@@ -68,6 +68,7 @@ struct bf_engine {
     bool listening;   /* LISTEN buzz_backfill issued on this connection (bf__wait_notify) */
     bool outage;      /* the connection is lost and not yet restored (logged once) */
     unsigned connect_failures; /* since the last successful connect (the first is logged) */
+    bool goodbye;              /* the server sent this session a FATAL: it is ending */
     /* while a worker steps: its wake pipe and stop flag (stop_fd -1 otherwise). A stop request
      * then cancels the statement in flight, once per step (cancelled). */
     int stop_fd;

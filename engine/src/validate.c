@@ -58,7 +58,7 @@ bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired)
                    " AND l.objid = (hashtext($1)::bigint & 4294967295)::oid"
                    " AND l.database = (SELECT oid FROM pg_database"
                    "  WHERE datname = current_database())"
-                   " AND a.application_name = 'buzz-backfill' AND a.state = 'idle'"
+                   " AND a.application_name LIKE 'buzz-backfill%' AND a.state = 'idle'"
                    " AND a.state_change < clock_timestamp() - $2::integer * interval '1 ms'",
                    2, params);
     if (err != BF_OK) /* e.g. not allowed to signal that backend: the lock stays busy */

@@ -850,6 +850,7 @@ bf_err bf_worker_run(bf_worker *w, bool until_idle)
     if (w == NULL)
         return BF_ERR_INVALID_ARGUMENT;
     int backoff_ms = 100;
+    bool failing = false; /* a streak of failures is logged once, at its first */
     while (!atomic_load(&w->stop)) {
         bf_err err = BF_OK;
         if (!w->has_claim) {
@@ -867,10 +868,12 @@ bf_err bf_worker_run(bf_worker *w, bool until_idle)
         }
         if (err == BF_OK) {
             backoff_ms = 100;
+            failing = false;
             continue;
         }
         /* the database is unreachable or refused: back off, keep the stop flag honoured */
-        bf__log(w->e, BF_LOG_WARN, "worker: %s", w->e->diag);
+        bf__log(w->e, failing ? BF_LOG_DEBUG : BF_LOG_WARN, "worker: %s", w->e->diag);
+        failing = true;
         if (err != BF_ERR_UNAVAILABLE && err != BF_ERR_RETRYABLE && err != BF_ERR_TIMEOUT) {
             (void)bf_worker_release(w);
             return err;

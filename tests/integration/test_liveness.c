@@ -331,7 +331,7 @@ static int backend_in_state(const char *st)
 {
     return (int)bt_int(pg,
                        "SELECT coalesce(max(pid), 0)::bigint FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND application_name = 'buzz-backfill'"
+                       " WHERE datname = current_database() AND application_name LIKE 'buzz-backfill%%'"
                        " AND state = '%s'",
                        st);
 }
@@ -614,7 +614,7 @@ static void test_notices_and_outage_go_to_the_log(void **state)
     assert_int_equal(PQstatus(server), CONNECTION_OK);
     bt_exec(server, "ALTER DATABASE \"%s\" WITH ALLOW_CONNECTIONS false", db);
     bt_exec(pg, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND application_name = 'buzz-backfill'"
+                " WHERE datname = current_database() AND application_name LIKE 'buzz-backfill%%'"
                 " AND pid <> pg_backend_pid()");
     log_reset();
     bf_backfill row;

@@ -157,6 +157,17 @@ void bd_teardown(bool keep)
 
 /* ---- databases --------------------------------------------------------------------------- */
 
+void bd_db_drop_last(void)
+{
+    assert_true(bd.n_dbs > 0);
+    bd.n_dbs--;
+    PGconn *admin = PQconnectdb(getenv("BUZZ_TEST_PG_URL"));
+    char sql[160];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", bd.db_names[bd.n_dbs]);
+    PQclear(PQexec(admin, sql));
+    PQfinish(admin);
+}
+
 const char *bd_db_new(const char *name)
 {
     assert_true(bd.n_dbs < BD_MAX_DBS);
@@ -346,7 +357,11 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     fprintf(f, "threads = %d\n", o->threads > 0 ? o->threads : 4);
     fprintf(f, "lease_ms = %d\n", o->lease_ms > 0 ? o->lease_ms : 30000);
     /* batches and validations wait at the tests' barriers instead of timing out */
-    fprintf(f, "statement_timeout_ms = 120000\nlock_timeout_ms = 120000\n");
+    fprintf(f, "statement_timeout_ms = %d\nlock_timeout_ms = %d\n",
+            o->statement_timeout_ms > 0 ? o->statement_timeout_ms : 120000,
+            o->lock_timeout_ms > 0 ? o->lock_timeout_ms : 120000);
+    if (o->step_batches > 0)
+        fprintf(f, "step_batches = %d\n", o->step_batches);
     if (o->request_retention_s > 0)
         fprintf(f, "request_retention_s = %d\n", o->request_retention_s);
     fprintf(f, "log_level = %s\n", o->log_level ? o->log_level : "debug");

@@ -53,6 +53,8 @@ const char *bd_dir(void);
 
 /* A further fresh database on BUZZ_TEST_PG_URL; its conninfo (valid until bd_teardown). */
 const char *bd_db_new(const char *name);
+/* Drop the database bd_db_new made last (its daemons stopped); its slot is free again. */
+void bd_db_drop_last(void);
 /* A libpq connection to conninfo (NULL: bt_db_conninfo()). */
 PGconn *bd_connect(const char *conninfo);
 /* Wait (at most 60 s) until the engine schema exists on c and holds n backfill rows (a
@@ -74,7 +76,10 @@ typedef struct bd_options {
     int workers;       /* worker threads (0: serve only) */
     int threads;       /* transport threads */
     int lease_ms;
-    int request_retention_s; /* 0: default */
+    int statement_timeout_ms; /* 0: 120000 (barriers wait instead of timing out) */
+    int lock_timeout_ms;      /* 0: 120000 */
+    int step_batches;         /* 0: the daemon's default */
+    int request_retention_s;  /* 0: default */
     const char *log_level;
 } bd_options;
 

@@ -87,6 +87,53 @@ TD_ITEMS(c13_failed, "c13.failed_v1", "public.c13_f", 50, true, TD_NEEDS,
 /* bench/rpc: the row Admin.Get reads */
 TD_ITEMS(bench_items, "bench.items_v1", "public.bench_items", 100, false, TD_NEEDS, TD_POST, NULL);
 
+/* tests/robustness: deliberately not idempotent (every row is mutated on every visit,
+ * counter + 1), so a batch applied twice shows as counter 2. Batches meet barriers: 9101 (the
+ * declarative batch, per row), 9102 (the callback batch, after its update and before its
+ * fence: the process then sits inside its transaction), 9104 (validation, per row); the test
+ * adds 9103 on the fence itself (a trigger on the backfill row). */
+#define TD_ROB_POST TD_POST " AND public.bt_barrier(9104)"
+static bf_definition rob_decl = {
+    .id = "rob.decl_v1",
+    .description = "robustness: declarative, counter + 1 per visit",
+    .owner = "buzz tests",
+    .table = "public.rob_decl",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 50,
+    .needs_repair = "public.bt_barrier(9101)",
+    .update_set = TD_SET,
+    .postcondition = TD_ROB_POST,
+    .retry = {.max_attempts = 8, .base_ms = 20, .cap_ms = 200},
+};
+
+static bf_err rob_cb_mutate(bf_txn *txn, void *arg)
+{
+    (void)arg;
+    bf_err err = bf_txn_exec(txn,
+                             "UPDATE public.rob_cb t SET " TD_SET " FROM bf_batch b"
+                             " WHERE t.id = b.id",
+                             0, NULL, NULL);
+    long long held = 0;
+    if (err == BF_OK)
+        err = bf_txn_query_int(txn, "SELECT public.bt_barrier(9102)::int", 0, NULL, &held);
+    return err;
+}
+
+static bf_definition rob_cb = {
+    .id = "rob.cb_v1",
+    .description = "robustness: callback, counter + 1 per visit",
+    .owner = "buzz tests",
+    .table = "public.rob_cb",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 50,
+    .needs_repair = "true",
+    .postcondition = TD_ROB_POST,
+    .mutate = rob_cb_mutate,
+    .retry = {.max_attempts = 8, .base_ms = 20, .cap_ms = 200},
+};
+
 typedef struct td_set {
     const char *name;
     bf_definition *defs[6];
@@ -101,6 +148,7 @@ static const td_set td_sets[] = {
     {"c13", {&c13_req, &c13_opt}},
     {"c13rec", {&c13_paused, &c13_blocked, &c13_failed}},
     {"bench", {&bench_items}},
+    {"rob", {&rob_decl, &rob_cb}},
 };
 
 static const bf_definition *td_selected[TD_MAX_SELECTED];
