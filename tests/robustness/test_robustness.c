@@ -552,11 +552,22 @@ static void test_soak(void **state)
         snprintf(name, sizeof name, "soak%ld", stats.rounds);
         rig_setup(&r, name);
         int n = 3 + rand() % 6;
-        for (int i = 0; i < n && now_ms() < until; i++)
-            rig_fault(&r, (fault)(rand() % (F_STOP_IN_FENCE + 1)));
-        if (rand() % 4 == 0)
+        printf("soak: round %ld:", stats.rounds + 1);
+        for (int i = 0; i < n && now_ms() < until; i++) {
+            fault f = (fault)(rand() % (F_STOP_IN_FENCE + 1));
+            printf(" %s", fault_names[f]);
+            fflush(stdout);
+            rig_fault(&r, f);
+        }
+        if (rand() % 4 == 0) {
+            printf(" %s", fault_names[F_PG_RESTART]);
             rig_fault(&r, F_PG_RESTART);
+        }
         bool vf[2] = {rand() % 2 == 0, rand() % 2 == 0}, k9[2] = {rand() % 2 == 0, rand() % 2};
+        for (int t = 0; t < 2; t++)
+            if (vf[t])
+                printf(" %s", fault_names[k9[t] ? F_KILL_VALIDATION : F_STOP_VALIDATION]);
+        printf("\n");
         rig_finish(&r, vf, k9);
         rig_teardown(&r);
         bd_db_drop_last();
