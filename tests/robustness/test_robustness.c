@@ -26,8 +26,9 @@
  * Bounds asserted: a takeover after a stop or kill happens within ROB_LEASE_MS + ROB_POLL_MS
  * (the worker's idle poll) + ROB_BATCH_MS (one batch of the new owner, generous for a loaded
  * CI machine) of the fault; after a PostgreSQL restart progress resumes within
- * ROB_RESTART_MS. At the end of a round both backfills are completed and every row's counter
- * is exactly 1.
+ * ROB_RESTART_MS; while a faulted owner still holds its locks, Admin.Get of either backfill
+ * answers within a second. At the end of a round both backfills are completed and every row's
+ * counter is exactly 1.
  *
  * Guards exercised (each has its own falsifiable test elsewhere; here they are proved together
  * under faults): the batch fence (a stopped owner's late commit), claims that skip locked rows,
@@ -345,6 +346,14 @@ static void rig_batch_fault(rig *r, fault f)
     long long cp0 = rig_checkpoint(r, ids[t]);
     int64_t t0 = now_ms();
     rig_fault_daemon(r, owner, f == F_KILL_BATCH);
+    /* admin reads never wait on a worker's lock (the stopped batch still holds its locks; in
+     * stop-in-fence the fence holds the backfill row itself) */
+    int64_t tg = now_ms();
+    for (int k = 0; k < 2; k++)
+        bd_free(bd_get(rig_client(r), ids[k]));
+    if (now_ms() - tg > 1000)
+        fail_msg("%s: Admin.Get took %lld ms while a stopped owner held locks", fault_names[f],
+                 (long long)(now_ms() - tg));
     bt_unlock(r->holder, key);
     if (f == F_STOP_IN_FENCE) {
         /* the fence and its COMMIT were sent together: the batch commits while its owner is
