@@ -384,6 +384,16 @@ static void admin_audit_entry(Buzz__Backfill__V1__AuditEntry *m, const bf_audit_
         m->generation = a->generation;
     }
     m->outcome = a->outcome[0] ? (char *)a->outcome : NULL;
+    if (a->count >= 1) {
+        m->has_count = true;
+        m->count = a->count;
+    }
+    if (a->has_window) {
+        m->has_window_start_us = true;
+        m->window_start_us = a->window_start;
+        m->has_window_end_us = true;
+        m->window_end_us = a->window_end;
+    }
 }
 
 static void admin_audit(admin_service *svc, const Buzz__Backfill__V1__AuditRequest *in,
