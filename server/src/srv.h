@@ -85,8 +85,9 @@ void srv_auth_free(srv_auth *auth);
  * against concurrent srv_auth_authenticate calls. */
 bf_err srv_auth_reload(srv_auth *auth, char *diag, size_t diag_len);
 /*
- * Authenticate one request: a token (may be NULL) and the peer. Boundary authority applies
- * only when the token is absent, the listener is ipc and ipc_boundary is set. Returns BF_OK
+ * Authenticate one request: a token (NULL: the request carried none) and the peer. Boundary
+ * authority applies only when the token is absent (NULL), the listener is ipc and ipc_boundary
+ * is set; a present but empty token ("") is malformed, never "no token". Returns BF_OK
  * with *who filled, or BF_ERR_UNAUTHENTICATED with a short client-safe reason in diag
  * (malformed, bad signature, unknown key, expired, not yet valid, wrong audience, revoked).
  * Verified tokens are cached by hash; revocation and expiry are still checked on every call.
