@@ -512,11 +512,17 @@ static void admin_who_am_i(admin_service *svc, const Buzz__Backfill__V1__WhoAmIR
 
 static admin_service admin_svc = BUZZ__BACKFILL__V1__ADMIN__INIT(admin_);
 
+/* Body caps: every Admin request is a few scalars and at most one stable ID or page token (63
+ * bytes), well under 100 bytes; 4 KiB leaves room for fields a newer client adds. */
+#define ADMIN_BODY_MAX 4096
+
 /* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI */
 static const srv_method_policy admin_policies[] = {
-    {SRV_CAP_READ, false},    {SRV_CAP_READ, false},   {SRV_CAP_CONTROL, true},
-    {SRV_CAP_CONTROL, true},  {SRV_CAP_CONTROL, true}, {SRV_CAP_CONTROL, true},
-    {SRV_CAP_VALIDATE, true}, {SRV_CAP_READ, false},   {SRV_CAP_READ, false},
+    {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
+    {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
+    {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
+    {SRV_CAP_VALIDATE, true, ADMIN_BODY_MAX}, {SRV_CAP_READ, false, ADMIN_BODY_MAX},
+    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
 };
 
 _Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 9,
