@@ -427,6 +427,40 @@ static void test_full_table_evicts_the_oldest(void **state)
                      SRV_REJECT_KEYS * (SRV_REJECT_BURST + 1) + 1);
 }
 
+/* ---- decoding --------------------------------------------------------------------------- */
+
+/* An authorized Start whose body fits the 4 KiB cap but is two-byte unknown fields: protobuf-c
+ * would hold about 240 KB for it; the decode budget refuses it (RESOURCE_EXHAUSTED, audited)
+ * and no handler runs. Guard: the srv_budget allocator passed to the body's unpack. */
+static void test_dense_body_exceeds_the_budget(void **state)
+{
+    (void)state;
+    static uint8_t body[4000];
+    size_t n = 0;
+    body[n++] = 0x0a; /* id */
+    body[n++] = 8;
+    memcpy(body + n, "demo.big", 8);
+    n += 8;
+    while (n + 2 <= sizeof body) {
+        body[n++] = 0x78; /* field 15, varint 0 */
+        body[n++] = 0x00;
+    }
+    srv_peer ipc = {.listener = "ipc", .has_uid = true, .uid = 1000};
+    long long before = audit_count();
+    request rq = {.method = "buzz.backfill.v1.Admin.Start",
+                  .body = body,
+                  .body_len = n,
+                  .request_id_len = 16};
+    assert_int_equal(dispatch(&rq, &ipc), SC(RESOURCE_EXHAUSTED));
+    assert_int_equal(audit_count(), before + 1);
+    char want[256];
+    snprintf(want, sizeof want,
+             "start|demo.big|-|ipc uid=1000|" REQUEST_ID_HEX
+             "|rejected: resource exhausted: decoding the request would need more than %zu bytes",
+             SRV_DECODE_BUDGET(4096));
+    assert_audit(want);
+}
+
 /* ---- hostile text ----------------------------------------------------------------------- */
 
 /* An authorized Validate (ipc boundary) of an invalid-UTF-8 ID is audited, sanitized, and
@@ -456,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_flood_is_coalesced),
         cmocka_unit_test(test_closed_window_is_flushed),
         cmocka_unit_test(test_full_table_evicts_the_oldest),
+        cmocka_unit_test(test_dense_body_exceeds_the_budget),
         cmocka_unit_test(test_invalid_utf8_validate_is_audited),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
