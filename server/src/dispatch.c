@@ -404,9 +404,8 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
                        env->request_id.len);
         req->echo_request_id = true;
     }
-    const ProtobufCFieldDescriptor *method_field = protobuf_c_message_descriptor_get_field_by_name(
-        &buzz__backfill__v1__request_envelope__descriptor, "method");
-    if (env->nul_field != NULL && env->nul_field == method_field) {
+    /* the span itself, not nul_field: that names only the first string holding a NUL */
+    if (env->method.len > 0 && memchr(env->method.data, '\0', env->method.len) != NULL) {
         srv_call_status(call, SC(INVALID_ARGUMENT), "malformed envelope",
                         "the method name holds a NUL byte");
         return;

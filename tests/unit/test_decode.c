@@ -10,6 +10,7 @@
  * - test_strings_with_nul: srv_wire_check_strings() and the envelope's nul_field; without the
  *   memchr a NUL-bearing id, a nested Definition.description, a repeated capability and a token
  *   all pass.
+ * - test_method_with_nul: the NUL check of the method name in dispatch_run().
  * - test_budget: the budget refusing a 4 KiB body of unknown fields (SRV_DECODE_BUDGET) that
  *   protobuf-c would expand to about 180 KB, and returning every byte on free. It also prints
  *   what protobuf-c holds for a 1 MiB envelope of unknown fields (the memory the scan avoids).
@@ -308,6 +309,36 @@ static void test_strings_with_nul(void **state)
     assert_int_equal(s.token.len, 13);
 }
 
+/* Through the dispatcher (no database: nothing here reaches the audit): a method name with a
+ * NUL byte is a malformed envelope even when an earlier string (the token) holds one too, and
+ * never the method its prefix names. Guard: the memchr on the method span in dispatch_run. */
+static void test_method_with_nul(void **state)
+{
+    (void)state;
+    srv_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    srv_session session = {.ctx = &ctx};
+    srv_dispatcher *d = NULL;
+    assert_int_equal(srv_dispatcher_new(&d, &ctx), BF_OK);
+    assert_int_equal(srv_dispatcher_add(d, srv_admin_service(), srv_admin_policies()), BF_OK);
+    wire w = {0};
+    put_len(&w, 3, "bbt1\0x", 6);
+    put_len(&w, 1, "buzz.backfill.v1.Admin.Pause\0x", 30);
+    const srv_peer peer = {.listener = "tcp"};
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    assert_int_equal(srv_dispatch(d, &session, &peer, w.buf, w.len, srv_now_us(), &out, &out_len),
+                     BF_OK);
+    Buzz__Backfill__V1__ResponseEnvelope *resp =
+        buzz__backfill__v1__response_envelope__unpack(NULL, out_len, out);
+    free(out);
+    assert_non_null(resp);
+    assert_int_equal(resp->status->code, BUZZ__BACKFILL__V1__STATUS_CODE__INVALID_ARGUMENT);
+    assert_string_equal(resp->status->message, "malformed envelope");
+    buzz__backfill__v1__response_envelope__free_unpacked(resp, NULL);
+    srv_dispatcher_free(d);
+}
+
 static void test_last_id(void **state)
 {
     (void)state;
@@ -400,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_scan_reads_the_envelope),
         cmocka_unit_test(test_scan_agrees_with_protobuf_c),
         cmocka_unit_test(test_strings_with_nul),
+        cmocka_unit_test(test_method_with_nul),
         cmocka_unit_test(test_last_id),
         cmocka_unit_test(test_budget),
     };
