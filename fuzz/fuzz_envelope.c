@@ -1,8 +1,8 @@
 /*
  * fuzz_envelope.c - libFuzzer target: arbitrary bytes as one request message through
- * srv_dispatch() (envelope decode, size limit, method lookup in the real Admin and Readiness
- * descriptors, early body decode for the audit ID, authentication, authorization, request ID,
- * deadline, response encode).
+ * srv_dispatch() (envelope scan, method lookup in the real Admin and Readiness descriptors,
+ * the audit ID read off the body, authentication, authorization, size limits, NUL checks of
+ * strings, the budgeted body decode, request ID, deadline, response encode).
  *
  * The authenticator is real but trusts one random key nobody holds and grants no boundary
  * authority, so every token is parsed and verified and every request is refused before a
@@ -13,7 +13,8 @@
  * - srv_dispatch always returns BF_OK and a response envelope that decodes, with a status;
  * - the status is never OK and carries no body (nothing is authorized);
  * - the message and detail stay within their bounds and hold no control characters;
- * - the request ID is echoed exactly when the input carried a 16-byte one.
+ * - the request ID is echoed exactly when the input carried a 16-byte one;
+ * - srv_envelope_scan() accepts exactly the inputs protobuf-c's unpack accepts.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -117,8 +118,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     Buzz__Backfill__V1__RequestEnvelope *env =
         buzz__backfill__v1__request_envelope__unpack(NULL, in_len, in);
-    bool id16 = env != NULL && in_len <= SRV_MAX_MESSAGE && env->has_request_id &&
-                env->request_id.len == 16;
+    /* the dispatcher's allocation-free scan accepts exactly what protobuf-c accepts */
+    srv_envelope scanned;
+    if ((srv_envelope_scan(&scanned, in, in_len) == BF_OK) != (env != NULL))
+        abort();
+    bool id16 = env != NULL && env->has_request_id && env->request_id.len == 16;
     if (resp->has_request_id != id16)
         abort();
     if (id16 && memcmp(resp->request_id.data, env->request_id.data, 16) != 0)

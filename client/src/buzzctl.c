@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <sodium.h>
 
 #include "buzz/backfill/v1/admin.pb-c.h"
 #include "buzz/backfill/v1/readiness.pb-c.h"
@@ -394,6 +397,32 @@ static int cmd_validate(ctl *c, int argc, char **argv)
     return rc;
 }
 
+/* UTC, to the second: "2025-01-01T12:00:00Z". */
+static void utc_time(char *buf, size_t cap, int64_t us)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL || strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, cap, "unknown");
+}
+
+/* " (x5000 from 2025-...Z to 2025-...Z)" for a coalesced row, "" for a single event. */
+static void audit_times(char *buf, size_t cap, const Buzz__Backfill__V1__AuditEntry *a)
+{
+    buf[0] = '\0';
+    bool counted = a->has_count && a->count > 1;
+    if (!counted && !a->has_window_start_us)
+        return;
+    char n[32] = "", from[32] = "unknown", to[32] = "unknown";
+    if (a->has_count)
+        snprintf(n, sizeof n, "x%" PRId64 " ", a->count);
+    if (a->has_window_start_us)
+        utc_time(from, sizeof from, a->window_start_us);
+    if (a->has_window_end_us)
+        utc_time(to, sizeof to, a->window_end_us);
+    snprintf(buf, cap, " (%sfrom %s to %s)", n, from, to);
+}
+
 static int cmd_audit(ctl *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"limit", required_argument, NULL, 'l'}, {0}};
@@ -425,17 +454,18 @@ static int cmd_audit(ctl *c, int argc, char **argv)
                 continue;
             }
             char gen[24] = "-", id[BFC_CELL], action[32], actor[128], authority[128];
-            char outcome[BFC_DETAIL_MAX];
+            char outcome[BFC_DETAIL_MAX], times[96] = "";
             if (a->has_generation)
                 snprintf(gen, sizeof gen, "%" PRId64, a->generation);
-            printf("#%-4" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s\n", a->seq,
+            audit_times(times, sizeof times, a);
+            printf("#%-4" PRId64 " %-28s %-9s %-10s -> %-10s gen %-4s %s%s[%s] %s%s\n", a->seq,
                    text(id, sizeof id, a->backfill_id, "-"),
                    text(action, sizeof action, a->action, "-"),
                    bfc_state_name(a->has_prior_state ? (int)a->prior_state : 0),
                    bfc_state_name(a->has_resulting_state ? (int)a->resulting_state : 0), gen,
                    text(actor, sizeof actor, a->actor, ""), a->actor ? " " : "",
                    text(authority, sizeof authority, a->authority, "unknown"),
-                   text(outcome, sizeof outcome, a->outcome, ""));
+                   text(outcome, sizeof outcome, a->outcome, ""), times);
         }
     }
     if (out)
@@ -538,17 +568,45 @@ static int cmd_ready(ctl *c, int argc, char **argv)
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static char *read_token_file(const char *path)
+#define TOKEN_FILE_MAX 8192
+
+/* The token in a --token-file: its first line. NULL with a short reason in why when the file
+ * cannot be read, is too large, holds a NUL byte or has an empty first line: each of those
+ * would otherwise send a token other than the one in the file (a shorter one, or none and so
+ * no credential at all), never a refusal the operator could understand. */
+static char *read_token_file(const char *path, const char **why)
 {
     FILE *f = fopen(path, "r");
-    if (f == NULL)
+    if (f == NULL) {
+        *why = "could not read it";
         return NULL;
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    }
+    char *buf = calloc(1, TOKEN_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        *why = "out of memory";
+        return NULL;
+    }
+    size_t n = fread(buf, 1, TOKEN_FILE_MAX + 1, f);
+    bool failed = ferror(f) != 0;
     fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    return strdup(buf);
+    char *token = NULL;
+    if (failed) {
+        *why = "could not read it";
+    } else if (n > TOKEN_FILE_MAX) {
+        *why = "it is larger than 8 KiB: not a token file";
+    } else if (memchr(buf, '\0', n) != NULL) {
+        *why = "it holds a NUL byte";
+    } else {
+        buf[strcspn(buf, "\r\n")] = '\0';
+        if (buf[0] == '\0')
+            *why = "it is empty (its first line holds no token)";
+        else if ((token = strdup(buf)) == NULL)
+            *why = "out of memory";
+    }
+    sodium_memzero(buf, TOKEN_FILE_MAX + 1);
+    free(buf);
+    return token;
 }
 
 static int parse_request_id(const char *hex, uint8_t out[BFC_REQUEST_ID_LEN])
@@ -583,6 +641,7 @@ int main(int argc, char **argv)
     ctl c = {.url = getenv("BUZZ_BACKFILL_URL")};
     const char *env_token = getenv("BUZZ_BACKFILL_TOKEN");
     c.token = env_token ? strdup(env_token) : NULL;
+    bool env_empty = env_token != NULL && env_token[0] == '\0';
     int o;
     while ((o = getopt_long(argc, argv, "+u:t:h", opts, NULL)) != -1) {
         switch (o) {
@@ -591,15 +650,25 @@ int main(int argc, char **argv)
             break;
         case 't':
             free(c.token);
+            env_empty = false;
+            if (optarg[0] == '\0') {
+                fputs("buzzctl: --token is empty: pass a token, or no --token on an ipc:// "
+                      "listener with boundary authority\n",
+                      stderr);
+                return EXIT_USAGE;
+            }
             c.token = strdup(optarg);
             break;
-        case 'T':
+        case 'T': {
             free(c.token);
-            if ((c.token = read_token_file(optarg)) == NULL) {
-                fprintf(stderr, "buzzctl: could not read token file %s\n", optarg);
+            env_empty = false;
+            const char *why = "";
+            if ((c.token = read_token_file(optarg, &why)) == NULL) {
+                fprintf(stderr, "buzzctl: token file %s: %s\n", optarg, why);
                 return EXIT_USAGE;
             }
             break;
+        }
         case 'o': {
             char *end = NULL;
             long ms = strtol(optarg, &end, 10);
@@ -634,6 +703,13 @@ int main(int argc, char **argv)
             usage(stderr);
             return EXIT_USAGE;
         }
+    }
+    if (env_empty) {
+        /* set but empty (an unset variable expanded, a failed command substitution): the
+         * operator meant a credential; sending none could mean boundary authority instead */
+        fputs("buzzctl: BUZZ_BACKFILL_TOKEN is set but empty: set a token or unset it\n", stderr);
+        free(c.token);
+        return EXIT_USAGE;
     }
     if (optind >= argc) {
         usage(stderr);

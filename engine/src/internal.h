@@ -222,6 +222,10 @@ typedef struct bf_audit_record {
 
 /* Insert one audit row in the caller's transaction. */
 bf_err bf__audit(bf_engine *e, const bf_audit_record *rec);
+/* What the audit stores of a text: valid UTF-8 (an invalid sequence becomes '?'), control,
+ * separator and bidirectional-control characters replaced by '?', at most cap - 1 bytes cut on
+ * a character boundary with a "..." marker. src NULL reads as "". */
+void bf__audit_text(char *dst, size_t cap, const char *src);
 
 /* ---- idempotent requests (request.c) --------------------------------------------------- */
 

@@ -384,6 +384,16 @@ static void admin_audit_entry(Buzz__Backfill__V1__AuditEntry *m, const bf_audit_
         m->generation = a->generation;
     }
     m->outcome = a->outcome[0] ? (char *)a->outcome : NULL;
+    if (a->count >= 1) {
+        m->has_count = true;
+        m->count = a->count;
+    }
+    if (a->has_window) {
+        m->has_window_start_us = true;
+        m->window_start_us = a->window_start;
+        m->has_window_end_us = true;
+        m->window_end_us = a->window_end;
+    }
 }
 
 static void admin_audit(admin_service *svc, const Buzz__Backfill__V1__AuditRequest *in,
@@ -502,11 +512,17 @@ static void admin_who_am_i(admin_service *svc, const Buzz__Backfill__V1__WhoAmIR
 
 static admin_service admin_svc = BUZZ__BACKFILL__V1__ADMIN__INIT(admin_);
 
+/* Body caps: every Admin request is a few scalars and at most one stable ID or page token (63
+ * bytes), well under 100 bytes; 4 KiB leaves room for fields a newer client adds. */
+#define ADMIN_BODY_MAX 4096
+
 /* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI */
 static const srv_method_policy admin_policies[] = {
-    {SRV_CAP_READ, false},    {SRV_CAP_READ, false},   {SRV_CAP_CONTROL, true},
-    {SRV_CAP_CONTROL, true},  {SRV_CAP_CONTROL, true}, {SRV_CAP_CONTROL, true},
-    {SRV_CAP_VALIDATE, true}, {SRV_CAP_READ, false},   {SRV_CAP_READ, false},
+    {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
+    {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
+    {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
+    {SRV_CAP_VALIDATE, true, ADMIN_BODY_MAX}, {SRV_CAP_READ, false, ADMIN_BODY_MAX},
+    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
 };
 
 _Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 9,

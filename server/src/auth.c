@@ -18,6 +18,9 @@
  * - Boundary authority is granted only when no token is presented on an ipc listener with
  *   ipc_boundary on. It names its source ("ipc uid=1000") and never an actor. A token presented
  *   on ipc is verified like anywhere else; a bad one is not downgraded to boundary authority.
+ *   An empty token is presented too (an empty token file, an unset variable expanded into a
+ *   flag): it is malformed, so a client that meant to send a credential never ends up running
+ *   with boundary authority and without attribution.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -371,12 +374,14 @@ bf_err srv_auth_authenticate(srv_auth *auth, const char *token, const srv_peer *
 {
     if (auth == NULL || who == NULL)
         return BF_ERR_INVALID_ARGUMENT;
-    if (token == NULL || token[0] == '\0') {
+    if (token == NULL) {
         if (!auth_boundary_applies(auth, peer))
             return auth_refuse(diag, diag_len, BFT_REASON_MISSING);
         auth_boundary_identity(auth, peer, who);
         return BF_OK;
     }
+    if (token[0] == '\0') /* present but empty: a broken credential, not an absent one */
+        return auth_refuse(diag, diag_len, BFT_REASON_MALFORMED);
     size_t len = strnlen(token, BFT_TOKEN_MAX + 1);
     if (len > BFT_TOKEN_MAX)
         return auth_refuse(diag, diag_len, BFT_REASON_MALFORMED);

@@ -1,19 +1,41 @@
 /*
- * dispatch.c - one request end to end: envelope decode and size limit, method lookup through the
- * registered protoc-c service descriptors, authentication and authorization, audit of rejected
- * attempts on audited methods, deadline, invoke, response encode. Also the per-call status
- * helpers and the monotonic clock.
+ * dispatch.c - one request end to end: the envelope read off the wire, method lookup through the
+ * registered protoc-c service descriptors, authentication and authorization, size limits, NUL
+ * checks and the budgeted decode of the body, audit of rejected attempts on audited methods,
+ * deadline, invoke, response encode. Also the per-call status helpers and the monotonic clock.
  *
  * Design notes
  *
- * Order of checks. Size, then envelope, then the method (nothing is known before it, so nothing
- * is audited). Then the body is decoded once, early, only so that an audited rejection can name
- * the stable ID it was about; it is not acted on. Authentication and authorization come next
- * and always win: a caller without the right capability learns nothing about its request (no
- * body, no parse errors) and no handler runs, so no protected state is read. Only then are the
- * request ID, the body and the deadline judged. Every rejection of an audited method is written
- * with bf_audit_rejection() on this thread's engine session; a failure to audit is logged and
- * never turns a rejection into success.
+ * Order of checks. The envelope is scanned first (srv_envelope_scan: spans into the message,
+ * nothing allocated, unknown fields skipped; see decode.c for why not protobuf-c); then the
+ * method (nothing is attributable before it, so nothing is audited). Then the body's "id" is
+ * read off the wire, only so that an audited rejection can name the stable ID it was about: a
+ * linear scan of bytes already received, no allocation, the last occurrence (the one the
+ * handler would act on), nothing learnt from a malformed body. It is not acted on. That is the
+ * trade-off: naming the ID before authentication costs one pass over at most SRV_MAX_MESSAGE
+ * bytes, and the ID an unauthenticated peer chose goes into the audit, as text the engine
+ * sanitizes and bounds (engine/src/audit.c); decoding the body instead would let anyone make
+ * the server allocate for it. Authentication and authorization come next and always win: a
+ * caller without the right capability learns nothing about its request (no size or parse
+ * errors) and no handler runs, so no protected state is read. Only then are the message size,
+ * the method's body cap (srv_method_policy.max_body), the request ID and the strings judged,
+ * and the body decoded with protobuf-c under an allocator budget of SRV_DECODE_BUDGET(cap). A
+ * request therefore holds at most its received message (nng, at most SRV_MAX_MESSAGE plus the
+ * transport's slack), a token copy on the stack and, after authentication, SRV_DECODE_BUDGET(cap)
+ * bytes of decoded body (72 KiB for the 4 KiB caps of the Admin and Readiness methods).
+ *
+ * Strings are what they say. Every string field of the envelope and of the body (nested ones
+ * included) must hold no NUL byte: its C string would be shorter than what was sent
+ * ("<token>\0junk", "<id>\0; DROP"). A token with one is malformed (UNAUTHENTICATED), any
+ * other is INVALID_ARGUMENT, audited like every rejection of an audited method. A present but
+ * empty token is malformed too (srv_auth_authenticate), never the absence that the ipc boundary
+ * authorizes.
+ *
+ * Every rejection of an audited method is audited. An authenticated one is written with
+ * bf_audit_rejection() on this thread's engine session. An unauthenticated one is attributed to
+ * the peer ("unauthenticated tcp addr=192.0.2.7", "unauthenticated ipc uid=1000") and goes
+ * through srv_rejects_audit(): written at once unless a flood of identical ones is being
+ * counted (reject.c). A failure to audit is logged and never turns a rejection into success.
  *
  * The closure packs whatever message the handler passes; the encoder keeps the body only for
  * OK and FAILED_PRECONDITION, so a handler may set its status before or after passing it.
@@ -31,12 +53,15 @@
 
 #include <sodium.h>
 
+#include "buzz/token.h"
 #include "srv.h"
 
 #define DISPATCH_MAX_SERVICES   8
-#define DISPATCH_REQUEST_ID_LEN 16         /* bytes of a request ID on the wire */
-#define DISPATCH_AUDIT_ID_MAX   80         /* bytes of a stable ID recorded for a rejection */
-#define DISPATCH_MAX_BODY       (16 << 20) /* bytes of a packed response body */
+#define DISPATCH_REQUEST_ID_LEN 16 /* bytes of a request ID on the wire */
+#define DISPATCH_AUDIT_ID_MAX                                                                      \
+    127                              /* bytes of a body's ID kept for the audit, which             \
+                                        bounds it further (80) and sanitizes it */
+#define DISPATCH_MAX_BODY (16 << 20) /* bytes of a packed response body */
 
 #define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
 
@@ -49,6 +74,7 @@ struct srv_dispatcher {
     srv_context *ctx;
     dispatch_service services[DISPATCH_MAX_SERVICES];
     size_t n_services;
+    srv_rejects *rejects; /* unauthenticated rejections, coalesced under a flood */
 };
 
 /* A srv_call plus what only the dispatcher needs; call is first so that the closure_data a
@@ -60,10 +86,11 @@ typedef struct dispatch_call {
 
 /* What one request carried, for the checks and the audit. */
 typedef struct dispatch_request {
-    Buzz__Backfill__V1__RequestEnvelope *env;
+    srv_envelope env; /* spans into the received message */
     const dispatch_service *svc;
     unsigned method_index;
     const srv_method_policy *policy;
+    srv_budget budget; /* the body's decode; input is freed with it */
     ProtobufCMessage *input;
     char audit_id[DISPATCH_AUDIT_ID_MAX + 1];
     bool echo_request_id;
@@ -149,6 +176,11 @@ bf_err srv_dispatcher_new(srv_dispatcher **out, srv_context *ctx)
     if (d == NULL)
         return BF_ERR_NOMEM;
     d->ctx = ctx;
+    bf_err err = srv_rejects_new(&d->rejects, ctx);
+    if (err != BF_OK) {
+        free(d);
+        return err;
+    }
     *out = d;
     return BF_OK;
 }
@@ -157,6 +189,7 @@ void srv_dispatcher_free(srv_dispatcher *d)
 {
     if (d == NULL)
         return;
+    srv_rejects_free(d->rejects); /* writes the counts it still holds */
     for (size_t i = 0; i < d->n_services; i++)
         free(d->services[i].policies);
     free(d);
@@ -188,7 +221,7 @@ bf_err srv_dispatcher_add(srv_dispatcher *d, ProtobufCService *service,
 static bool dispatch_lookup(const srv_dispatcher *d, const char *method,
                             const dispatch_service **svc_out, unsigned *index_out)
 {
-    if (method == NULL)
+    if (method == NULL || method[0] == '\0')
         return false;
     const char *dot = strrchr(method, '.');
     if (dot == NULL || dot == method)
@@ -209,22 +242,18 @@ static bool dispatch_lookup(const srv_dispatcher *d, const char *method,
     return false;
 }
 
-/* The body's "id" string field, bounded and reduced to printable ASCII, for the audit. */
-static void dispatch_body_id(const ProtobufCMessage *msg, char *out, size_t cap)
+/* The stable ID a request body names (its "id" string field, read off the wire), for the
+ * audit of a rejection: bounded, NUL bytes made visible; the engine sanitizes the rest. */
+static void dispatch_body_id(const ProtobufCMessageDescriptor *input, const srv_span *body,
+                             char *out, size_t cap)
 {
     out[0] = '\0';
-    if (msg == NULL)
+    srv_span id;
+    if (!body->present || !srv_wire_last_string(input, "id", body->data, body->len, &id))
         return;
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, "id");
-    if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
-        return;
-    const char *s = *(const char *const *)(const void *)((const char *)msg + f->offset);
-    if (s == NULL)
-        return;
-    size_t n = 0;
-    for (; s[n] != '\0' && n + 1 < cap; n++)
-        out[n] = (s[n] >= 0x20 && s[n] < 0x7f) ? s[n] : '?';
+    size_t n = id.len < cap - 1 ? id.len : cap - 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = id.data[i] == '\0' ? '?' : (char)id.data[i];
     out[n] = '\0';
 }
 
@@ -244,7 +273,8 @@ static const char *dispatch_cap_name(uint32_t bit)
     }
 }
 
-/* Record a rejected attempt of an audited method. who may be NULL (not authenticated). */
+/* Record a rejected attempt of an audited method. who may be NULL (not authenticated): such
+ * rejections go through the coalescing of reject.c, attributed to the peer. */
 static void dispatch_audit(srv_dispatcher *d, dispatch_call *dc, const dispatch_request *req,
                            const srv_identity *who, bf_err err, const char *outcome)
 {
@@ -256,25 +286,31 @@ static void dispatch_audit(srv_dispatcher *d, dispatch_call *dc, const dispatch_
     for (const char *p = dc->method->name; *p != '\0' && i + 1 < sizeof action; p++, i++)
         action[i] = (*p >= 'A' && *p <= 'Z') ? (char)(*p - 'A' + 'a') : *p;
     action[i] = '\0';
-    char authority[BF_ACTOR_MAX];
+    const char *id = req->audit_id[0] ? req->audit_id : NULL;
     bf_actor actor = {.request_id = call->request_id[0] ? call->request_id : NULL};
+    bf_err rc;
     if (who != NULL && who->authenticated) {
         actor.actor = who->actor[0] ? who->actor : NULL;
         actor.authority = who->authority;
-    } else if (call->peer->has_uid) {
-        snprintf(authority, sizeof authority, "unauthenticated %s uid=%u", call->peer->listener,
-                 (unsigned)call->peer->uid);
-        actor.authority = authority;
+        bf_engine *engine = NULL;
+        rc = srv_session_engine(call->session, &engine);
+        if (rc == BF_OK)
+            rc = bf_audit_rejection(engine, action, id, &actor, err, outcome);
     } else {
-        snprintf(authority, sizeof authority, "unauthenticated %s",
-                 call->peer->listener ? call->peer->listener : "unknown");
+        char authority[BF_ACTOR_MAX];
+        const srv_peer *peer = call->peer;
+        const char *listener = peer->listener ? peer->listener : "unknown";
+        if (peer->has_uid)
+            snprintf(authority, sizeof authority, "unauthenticated %s uid=%u", listener,
+                     (unsigned)peer->uid);
+        else if (peer->addr[0] != '\0')
+            snprintf(authority, sizeof authority, "unauthenticated %s addr=%.63s", listener,
+                     peer->addr);
+        else
+            snprintf(authority, sizeof authority, "unauthenticated %s", listener);
         actor.authority = authority;
+        rc = srv_rejects_audit(d->rejects, call->session, action, id, &actor, err, outcome);
     }
-    bf_engine *engine = NULL;
-    bf_err rc = srv_session_engine(call->session, &engine);
-    if (rc == BF_OK)
-        rc = bf_audit_rejection(engine, action, req->audit_id[0] ? req->audit_id : NULL, &actor,
-                                err, outcome);
     if (rc != BF_OK)
         dispatch_log(d->ctx, BF_LOG_ERROR, "could not audit rejected %s (%s): %s", action,
                      bf_err_str(err), bf_err_str(rc));
@@ -324,49 +360,75 @@ static void dispatch_reject(srv_dispatcher *d, dispatch_call *dc, const dispatch
     dispatch_audit(d, dc, req, who, err, detail ? detail : message);
 }
 
+/* The request's credential, judged: NULL token when the envelope carried none. A token that
+ * cannot be a C string as sent (a NUL byte inside, or longer than any token) is refused here
+ * as malformed without being copied; an empty one goes to the authenticator, which refuses it. */
+static bf_err dispatch_authenticate(srv_dispatcher *d, dispatch_call *dc,
+                                    const dispatch_request *req, srv_identity *who, char *diag,
+                                    size_t diag_len)
+{
+    const srv_envelope *env = &req->env;
+    if (d->ctx->auth == NULL) {
+        snprintf(diag, diag_len, "no authenticator configured");
+        return BF_ERR_UNAUTHENTICATED;
+    }
+    if (!env->token.present)
+        return srv_auth_authenticate(d->ctx->auth, NULL, dc->call.peer, who, diag, diag_len);
+    bool nul = env->token.len > 0 && memchr(env->token.data, '\0', env->token.len) != NULL;
+    if (nul || env->token.len > BFT_TOKEN_MAX) {
+        snprintf(diag, diag_len, "%s", bft_reason_str(BFT_REASON_MALFORMED));
+        return BF_ERR_UNAUTHENTICATED;
+    }
+    char token[BFT_TOKEN_MAX + 1];
+    memcpy(token, env->token.data, env->token.len);
+    token[env->token.len] = '\0';
+    bf_err err = srv_auth_authenticate(d->ctx->auth, token, dc->call.peer, who, diag, diag_len);
+    sodium_memzero(token, env->token.len);
+    return err;
+}
+
 /* Every check, then the handler. Leaves the outcome in dc->call. */
 static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request *req,
                          srv_identity *who, const uint8_t *in, size_t in_len, int64_t received_us)
 {
     srv_call *call = &dc->call;
-    if (in_len > SRV_MAX_MESSAGE) {
-        srv_call_status(call, SC(RESOURCE_EXHAUSTED), "message too large",
-                        "a request may be at most %d bytes", SRV_MAX_MESSAGE);
-        return;
-    }
-    req->env = buzz__backfill__v1__request_envelope__unpack(NULL, in_len, in);
-    if (req->env == NULL) {
+    /* the envelope, read off the wire: nothing is allocated, unknown fields are skipped */
+    if (srv_envelope_scan(&req->env, in, in_len) != BF_OK) {
         srv_call_status(call, SC(INVALID_ARGUMENT), "malformed envelope", NULL);
         return;
     }
-    Buzz__Backfill__V1__RequestEnvelope *env = req->env;
-    bool id_ok = !env->has_request_id || env->request_id.len == DISPATCH_REQUEST_ID_LEN;
-    if (env->has_request_id && id_ok) {
+    const srv_envelope *env = &req->env;
+    bool id_ok = !env->request_id.present || env->request_id.len == DISPATCH_REQUEST_ID_LEN;
+    if (env->request_id.present && id_ok) {
         sodium_bin2hex(call->request_id, sizeof call->request_id, env->request_id.data,
                        env->request_id.len);
         req->echo_request_id = true;
     }
-    if (!dispatch_lookup(d, env->method, &req->svc, &req->method_index) ||
-        strlen(env->method) >= sizeof call->method) {
+    /* the span itself, not nul_field: that names only the first string holding a NUL */
+    if (env->method.len > 0 && memchr(env->method.data, '\0', env->method.len) != NULL) {
+        srv_call_status(call, SC(INVALID_ARGUMENT), "malformed envelope",
+                        "the method name holds a NUL byte");
+        return;
+    }
+    if (env->method.len >= sizeof call->method) {
         srv_call_status(call, SC(UNIMPLEMENTED), "unknown method", NULL);
         return;
     }
-    snprintf(call->method, sizeof call->method, "%s", env->method);
+    if (env->method.len > 0)
+        memcpy(call->method, env->method.data, env->method.len);
+    call->method[env->method.len] = '\0';
+    if (!dispatch_lookup(d, call->method, &req->svc, &req->method_index)) {
+        srv_call_status(call, SC(UNIMPLEMENTED), "unknown method", NULL);
+        return;
+    }
     dc->method = &req->svc->service->descriptor->methods[req->method_index];
     req->policy = &req->svc->policies[req->method_index];
 
-    /* decoded early only to name the stable ID in an audit row; judged after auth */
-    req->input =
-        protobuf_c_message_unpack(dc->method->input, NULL, env->has_body ? env->body.len : 0,
-                                  env->has_body ? env->body.data : NULL);
-    dispatch_body_id(req->input, req->audit_id, sizeof req->audit_id);
+    /* read off the wire only to name the stable ID in an audit row; judged after auth */
+    dispatch_body_id(dc->method->input, &env->body, req->audit_id, sizeof req->audit_id);
 
     char diag[160] = "";
-    bf_err err = BF_ERR_UNAUTHENTICATED;
-    if (d->ctx->auth != NULL)
-        err = srv_auth_authenticate(d->ctx->auth, env->token, call->peer, who, diag, sizeof diag);
-    else
-        snprintf(diag, sizeof diag, "no authenticator configured");
+    bf_err err = dispatch_authenticate(d, dc, req, who, diag, sizeof diag);
     if (err != BF_OK || !who->authenticated) {
         if (err == BF_ERR_NOMEM || err == BF_ERR_INTERNAL) {
             dispatch_log(d->ctx, BF_LOG_ERROR, "authentication failed: %s", bf_err_str(err));
@@ -390,13 +452,52 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
         dispatch_reject(d, dc, req, who, BF_ERR_PERMISSION_DENIED, "permission denied", detail);
         return;
     }
+
+    /* sizes, then what the request says, judged only for an authorized caller */
+    char detail[SRV_DETAIL_MAX_LEN];
+    if (in_len > SRV_MAX_MESSAGE) {
+        snprintf(detail, sizeof detail, "a request may be at most %d bytes", SRV_MAX_MESSAGE);
+        dispatch_reject(d, dc, req, who, BF_ERR_RESOURCE_EXHAUSTED, "message too large", detail);
+        return;
+    }
+    size_t cap = req->policy->max_body ? req->policy->max_body : SRV_BODY_MAX_DEFAULT;
+    if (env->body.len > cap) {
+        snprintf(detail, sizeof detail, "a %s request body may be at most %zu bytes",
+                 dc->method->name, cap);
+        dispatch_reject(d, dc, req, who, BF_ERR_RESOURCE_EXHAUSTED, "request body too large",
+                        detail);
+        return;
+    }
     if (!id_ok) {
         dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "invalid request id",
                         "a request id is 16 bytes");
         return;
     }
+    /* a string that holds a NUL byte means less in C than on the wire: refused, never cut */
+    const ProtobufCFieldDescriptor *nul = env->nul_field;
+    bf_err wire = BF_OK;
+    if (nul == NULL)
+        wire = srv_wire_check_strings(dc->method->input, env->body.data, env->body.len, &nul);
+    if (nul != NULL) {
+        snprintf(detail, sizeof detail, "field %s holds a NUL byte", nul->name);
+        dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "invalid string", detail);
+        return;
+    }
+    if (wire == BF_OK) { /* else malformed: protobuf-c would refuse it too */
+        srv_budget_init(&req->budget, SRV_DECODE_BUDGET(cap));
+        req->input = protobuf_c_message_unpack(dc->method->input, &req->budget.allocator,
+                                               env->body.len, env->body.data);
+    }
     if (req->input == NULL) {
-        dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "malformed request body", NULL);
+        if (req->budget.exceeded) {
+            snprintf(detail, sizeof detail, "decoding the request would need more than %zu bytes",
+                     SRV_DECODE_BUDGET(cap));
+            dispatch_reject(d, dc, req, who, BF_ERR_RESOURCE_EXHAUSTED, "request too complex",
+                            detail);
+        } else {
+            dispatch_reject(d, dc, req, who, BF_ERR_INVALID_ARGUMENT, "malformed request body",
+                            NULL);
+        }
         return;
     }
     if (env->has_deadline_ms) {
@@ -439,7 +540,8 @@ static bf_err dispatch_encode(const dispatch_call *dc, const dispatch_request *r
     }
     if (req->echo_request_id) {
         resp.has_request_id = true;
-        resp.request_id = req->env->request_id;
+        resp.request_id.data = (uint8_t *)req->env.request_id.data;
+        resp.request_id.len = req->env.request_id.len;
     }
     size_t len = buzz__backfill__v1__response_envelope__get_packed_size(&resp);
     uint8_t *buf = malloc(len ? len : 1);
@@ -471,9 +573,7 @@ bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *pee
     bf_err err = dispatch_encode(&dc, &req, out, out_len);
 
     if (req.input != NULL)
-        protobuf_c_message_free_unpacked(req.input, NULL);
-    if (req.env != NULL)
-        buzz__backfill__v1__request_envelope__free_unpacked(req.env, NULL);
+        protobuf_c_message_free_unpacked(req.input, &req.budget.allocator);
     free(dc.call.body);
     sodium_memzero(&who, sizeof who);
     return err;

@@ -279,8 +279,9 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
 static Buzz__Backfill__V1__Readiness_Service readiness_svc =
     BUZZ__BACKFILL__V1__READINESS__INIT(readiness_);
 
+/* CheckRequest is one optional uint32; the cap leaves room for fields a newer relay adds. */
 static const srv_method_policy readiness_policies[] = {
-    {SRV_CAP_READINESS, false},
+    {SRV_CAP_READINESS, false, 4096},
 };
 
 ProtobufCService *srv_readiness_service(void)

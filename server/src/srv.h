@@ -2,8 +2,10 @@
  * srv.h - the seams between the parts of buzz-backfilld. Each part owns one file pair:
  *
  *   auth.c       capability tokens -> srv_identity; per-method capability checks
- *   dispatch.c   envelope decode, limits, deadline, method lookup through protoc-c service
+ *   dispatch.c   envelope, limits, deadline, method lookup through protoc-c service
  *                descriptors, authentication/authorization, audit of rejections, invoke, encode
+ *   decode.c     the envelope read off the wire, NUL checks of strings, the decode budget
+ *   reject.c     audit of unauthenticated rejections, coalesced under a flood
  *   transport.c  nng REP socket, listeners (ipc://, tcp://, tls+tcp://), a pool of threads each
  *                with its own nng context and engine session
  *   admin.c      the Admin service (ProtobufCService) over the engine API
@@ -54,6 +56,7 @@ typedef struct srv_peer {
     const char *listener; /* "ipc", "tcp" or "tls" */
     bool has_uid;         /* ipc only: the peer's uid from the kernel */
     uint32_t uid;
+    char addr[64]; /* tcp/tls: the remote IP address as text (no port), "" for ipc/unknown */
 } srv_peer;
 
 /* Who a request speaks for, once authenticated. */
@@ -85,8 +88,9 @@ void srv_auth_free(srv_auth *auth);
  * against concurrent srv_auth_authenticate calls. */
 bf_err srv_auth_reload(srv_auth *auth, char *diag, size_t diag_len);
 /*
- * Authenticate one request: a token (may be NULL) and the peer. Boundary authority applies
- * only when the token is absent, the listener is ipc and ipc_boundary is set. Returns BF_OK
+ * Authenticate one request: a token (NULL: the request carried none) and the peer. Boundary
+ * authority applies only when the token is absent (NULL), the listener is ipc and ipc_boundary
+ * is set; a present but empty token ("") is malformed, never "no token". Returns BF_OK
  * with *who filled, or BF_ERR_UNAUTHENTICATED with a short client-safe reason in diag
  * (malformed, bad signature, unknown key, expired, not yet valid, wrong audience, revoked).
  * Verified tokens are cached by hash; revocation and expiry are still checked on every call.
@@ -157,8 +161,9 @@ typedef struct srv_dispatcher srv_dispatcher;
 
 /* Per-method requirements, in the service descriptor's method order. */
 typedef struct srv_method_policy {
-    uint32_t caps; /* capabilities required */
-    bool audited;  /* control/validate: every rejection is audited */
+    uint32_t caps;   /* capabilities required */
+    bool audited;    /* control/validate: every rejection is audited */
+    size_t max_body; /* bytes of the request body; 0: SRV_BODY_MAX_DEFAULT */
 } srv_method_policy;
 
 bf_err srv_dispatcher_new(srv_dispatcher **out, srv_context *ctx);
@@ -174,6 +179,87 @@ bf_err srv_dispatcher_add(srv_dispatcher *d, ProtobufCService *service,
 bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
                     const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
                     size_t *out_len);
+
+/* ---- request decoding (decode.c) -------------------------------------------------------- */
+
+#define SRV_BODY_MAX_DEFAULT 4096 /* bytes of a request body when a policy sets no cap */
+/* Bytes the protobuf-c decode of one request body may hold, for a method whose body cap is cap:
+ * twice the body (its strings and bytes copied, with their records) plus 64 KiB of structs. */
+#define SRV_DECODE_BUDGET(cap) ((size_t)64 * 1024 + 2 * (size_t)(cap))
+#define SRV_DECODE_DEPTH_MAX   16 /* nested messages srv_wire_check_strings follows */
+
+/* Bytes of one field inside a received message (not a copy: valid while the message is). */
+typedef struct srv_span {
+    const uint8_t *data;
+    size_t len;
+    bool present;
+} srv_span;
+
+/* What srv_dispatch needs of a RequestEnvelope, read straight off the wire. */
+typedef struct srv_envelope {
+    srv_span method, request_id, token, body;
+    bool has_deadline_ms;
+    uint32_t deadline_ms;
+    /* the first string field of the envelope that holds a NUL byte, NULL when none does */
+    const ProtobufCFieldDescriptor *nul_field;
+} srv_envelope;
+
+/*
+ * Read a RequestEnvelope without allocating: the fields above as spans into in (the last
+ * occurrence of each wins), unknown fields skipped. BF_ERR_INVALID_ARGUMENT exactly when
+ * protobuf-c's unpack would refuse the bytes (malformed wire format, a known field in another
+ * wire type). *out is written only on BF_OK.
+ */
+bf_err srv_envelope_scan(srv_envelope *out, const uint8_t *in, size_t len);
+/* The last occurrence of the non-repeated string field name of desc in the message bytes (a
+ * span, NUL bytes and all). false when there is none or the bytes are not well-formed. */
+bool srv_wire_last_string(const ProtobufCMessageDescriptor *desc, const char *name,
+                          const uint8_t *data, size_t len, srv_span *out);
+/*
+ * Every string field of the message (desc), repeated and nested ones included, must hold no
+ * NUL byte (its wire length must be its C length). BF_OK; BF_ERR_INVALID_ARGUMENT with
+ * *nul_field set to the first offending field; BF_ERR_INVALID_ARGUMENT with *nul_field NULL
+ * when the bytes are not well-formed or nest deeper than SRV_DECODE_DEPTH_MAX. Allocates nothing.
+ */
+bf_err srv_wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *data,
+                              size_t len, const ProtobufCFieldDescriptor **nul_field);
+
+/* A protobuf-c allocator that fails once the blocks it holds would exceed limit bytes (their
+ * headers counted). Pass &allocator to *_unpack and to the matching free_unpacked. One request,
+ * one thread. */
+typedef struct srv_budget {
+    ProtobufCAllocator allocator;
+    size_t limit;
+    size_t used;   /* bytes held now */
+    size_t peak;   /* most bytes held at once */
+    bool exceeded; /* an allocation was refused */
+} srv_budget;
+
+void srv_budget_init(srv_budget *b, size_t limit);
+
+/* ---- audit of unauthenticated rejections (reject.c) ------------------------------------- */
+
+#define SRV_REJECT_WINDOW_MS 10000 /* a coalescing window */
+#define SRV_REJECT_BURST     8     /* rejections of a window written one by one, per key */
+#define SRV_REJECT_KEYS      256   /* keys (peer, action, reason) counted at once */
+
+typedef struct srv_rejects srv_rejects;
+
+/* Starts the flusher thread, which writes counted rejections when their window closes. */
+bf_err srv_rejects_new(srv_rejects **out, srv_context *ctx);
+/* Writes every count still held (on the flusher's own engine session), then frees. NULL is a
+ * no-op. Call after the request threads stopped: a later srv_rejects_audit is lost. */
+void srv_rejects_free(srv_rejects *r);
+/*
+ * Audit an unauthenticated rejection of an audited method: written at once (bf_audit_rejection
+ * on session's engine) while its key (action, who->authority, err, outcome) has had fewer than
+ * SRV_REJECT_BURST rows in the current window, else counted for the window's coalesced row.
+ * Returns the write's error (BF_OK when counted); the caller logs it. Thread-safe.
+ */
+bf_err srv_rejects_audit(srv_rejects *r, srv_session *session, const char *action, const char *id,
+                         const bf_actor *who, bf_err err, const char *outcome);
+/* Tests only: windows opened from now on last window_ms. */
+void srv_rejects_set_window_for_testing(srv_rejects *r, int window_ms);
 
 /* ---- services (admin.c, readiness.c) ---------------------------------------------------- */
 

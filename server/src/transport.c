@@ -29,6 +29,7 @@
  * nng completes a REP send when the reply is handed to the pipe, not when it is written, so
  * when replies were sent during stop the socket lingers briefly (nng has no linger option).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -275,6 +276,14 @@ static void transport_peer(const srv_transport *t, nng_msg *msg, srv_peer *peer)
         nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
         peer->has_uid = true;
         peer->uid = (uint32_t)uid;
+    }
+    /* tcp/tls: the remote IP (no port: a new connection is the same peer), for the audit */
+    nng_sockaddr sa;
+    if (strcmp(peer->listener, "ipc") != 0 && nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) == 0) {
+        if (sa.s_family == NNG_AF_INET)
+            inet_ntop(AF_INET, &sa.s_in.sa_addr, peer->addr, sizeof peer->addr);
+        else if (sa.s_family == NNG_AF_INET6)
+            inet_ntop(AF_INET6, sa.s_in6.sa_addr, peer->addr, sizeof peer->addr);
     }
 }
 

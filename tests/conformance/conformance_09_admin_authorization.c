@@ -14,8 +14,11 @@
  *     byte what they were before the attempt;
  *   - for controls and Validate: leave exactly one audit row under its request ID naming the
  *     action, the stable ID, the authority source (actor and "token kid=k1" when the token
- *     verified, "unauthenticated tcp" and no actor when it did not), no lifecycle states, and a
- *     bounded outcome with the reason and never the token; reads are not audited.
+ *     verified, "unauthenticated tcp addr=127.0.0.1" and no actor when it did not), no
+ *     lifecycle states, and a bounded outcome with the reason and never the token; reads are
+ *     not audited. (Identical unauthenticated rejections from one peer are coalesced only
+ *     beyond SRV_REJECT_BURST per window; this suite makes at most four of each, so every one
+ *     keeps its own row. test_dispatch_audit and test_hostile_requests cover the coalescing.)
  * A good token then controls the same rows (so the refusals above are not an artefact), and the
  * ipc boundary authorizes token-less requests audited as "ipc uid=<uid>" with no invented
  * actor, while a bad token on the ipc listener is refused, not downgraded to boundary authority.
@@ -199,7 +202,7 @@ static void attempt(const cred *cr, const char *url, const char *authority, cons
 
 static void attempt_all(const cred *cr)
 {
-    const char *authority = cr->actor ? "token kid=" BD_KID : "unauthenticated tcp";
+    const char *authority = cr->actor ? "token kid=" BD_KID : "unauthenticated tcp addr=127.0.0.1";
     static const char *const controls[] = {"Start", "Pause", "Resume", "Retry"};
     static const char *const reads[] = {"Get", "List", "Audit", "WhoAmI"};
     for (size_t i = 0; i < 4; i++) {

@@ -373,7 +373,7 @@ static void test_unauthorized_is_refused_and_audited(void **state)
             &(bd_token_spec){.actor = "controller@test", .caps = BFT_CAP_READ | BFT_CAP_CONTROL},
             NULL);
     refused(controller, BD_SC(PERMISSION_DENIED), "token kid=" BD_KID, "controller@test");
-    refused(NULL, BD_SC(UNAUTHENTICATED), "unauthenticated tcp", "-");
+    refused(NULL, BD_SC(UNAUTHENTICATED), "unauthenticated tcp addr=127.0.0.1", "-");
     assert_untouched();
 }
 

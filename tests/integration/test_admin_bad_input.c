@@ -340,7 +340,7 @@ static void test_bad_input_table(void **state)
     /* a packed Buzz.Backfill.V1.CheckRequest{wait_ms = 5}: field 1 as a varint, where
      * ControlRequest has a string */
     static const uint8_t check_request[] = {0x08, 0x05};
-    const char *unauth = "unauthenticated tcp";
+    const char *unauth = "unauthenticated tcp addr=127.0.0.1";
     const char *kid = "token kid=" BD_KID;
     const int INVALID = BD_SC(INVALID_ARGUMENT), UNAUTH = BD_SC(UNAUTHENTICATED),
               DENIED = BD_SC(PERMISSION_DENIED);
@@ -363,9 +363,16 @@ static void test_bad_input_table(void **state)
          {.token = tok_good, .pad_to = (1 << 20) + 64},
          BD_SC(RESOURCE_EXHAUSTED),
          "message too large",
-         0,
-         NULL,
-         NULL},
+         1,
+         kid,
+         "operator@test"},
+        {"oversized body",
+         {.token = tok_good, .pad_to = 8192},
+         BD_SC(RESOURCE_EXHAUSTED),
+         "request body too large",
+         1,
+         kid,
+         "operator@test"},
         {"far beyond the transport cap",
          {.token = tok_good, .pad_to = 2 << 20},
          NO_REPLY,

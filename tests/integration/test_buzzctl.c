@@ -16,6 +16,12 @@
  *   is told to give up after the default 10 s whatever --wait says.
  * - test_usage_errors_need_no_server: the connection opened by the first call; without it a
  *   usage error is reported as "server unavailable" (exit 6) when no server runs.
+ * - test_bad_token_sources_are_errors: read_token_file() refusing an empty token file, one with
+ *   a NUL byte, and the refusal of an empty --token; without them buzzctl sends no token (or a
+ *   shortened one) and the request is refused (or boundary-authorized) for reasons the operator
+ *   cannot see.
+ * - test_audit_shows_coalesced_rows: audit_times(); without it a row standing for thousands of
+ *   refused attempts reads like one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -481,6 +487,85 @@ static void test_usage_errors_need_no_server(void **state)
     ctl_free(&r);
 }
 
+/* A token file that is empty, holds a NUL byte or only a newline, an empty --token: each is an
+ * error with a clear message before any server is contacted (exit 2, not 6), never a request
+ * without a credential (which the ipc boundary would authorize) or with a shortened one. */
+static void test_bad_token_sources_are_errors(void **state)
+{
+    (void)state;
+    char url[128];
+    snprintf(url, sizeof url, "ipc://%s/nobody-listens", dir);
+    static const struct {
+        const char *name;
+        const char *content;
+        size_t len;
+        const char *why;
+    } files[] = {
+        {"empty", "", 0, "it is empty"},
+        {"newline", "\n", 1, "it is empty"},
+        {"crlf", "\r\nbbt1.a.b\n", 10, "it is empty"},
+        {"nul", "bbt1.a.b\0junk\n", 14, "it holds a NUL byte"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s/token.%s", dir, files[i].name);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(files[i].content, 1, files[i].len, f), files[i].len);
+        fclose(f);
+        const char *args[] = {"--url", url, "--token-file", path, "pause", "demo.items_v1", NULL};
+        ctl_run r;
+        ctl_run_all(&r, args);
+        if (r.status != 2 || strstr(r.err, files[i].why) == NULL || strstr(r.err, path) == NULL)
+            fail_msg("%s: exit %d, stderr: %s", files[i].name, r.status, r.err);
+        ctl_free(&r);
+    }
+    const char *empty[] = {"--url", url, "--token", "", "pause", "demo.items_v1", NULL};
+    ctl_run r;
+    ctl_run_all(&r, empty);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "--token is empty"));
+    ctl_free(&r);
+}
+
+/* A coalesced audit row prints how many attempts it stands for and when they came; a single
+ * event prints neither. */
+static void test_audit_shows_coalesced_rows(void **state)
+{
+    (void)state;
+    Buzz__Backfill__V1__AuditEntry many = BUZZ__BACKFILL__V1__AUDIT_ENTRY__INIT;
+    many.has_seq = true;
+    many.seq = 9;
+    many.action = "start";
+    many.authority = "unauthenticated tcp addr=192.0.2.7";
+    many.outcome = "rejected: unauthenticated: missing token";
+    many.has_count = true;
+    many.count = 4992;
+    many.has_window_start_us = many.has_window_end_us = true;
+    many.window_start_us = INT64_C(1735732800) * 1000000;     /* 2025-01-01T12:00:00Z */
+    many.window_end_us = INT64_C(1735732809) * 1000000 + 999; /* 2025-01-01T12:00:09Z */
+    Buzz__Backfill__V1__AuditEntry one = many;
+    one.seq = 8;
+    one.backfill_id = "demo.items_v1";
+    one.count = 1;
+    one.has_window_start_us = one.has_window_end_us = false;
+    Buzz__Backfill__V1__AuditEntry *entries[] = {&many, &one};
+    Buzz__Backfill__V1__AuditResponse audit = BUZZ__BACKFILL__V1__AUDIT_RESPONSE__INIT;
+    audit.n_entries = 2;
+    audit.entries = entries;
+    const char *cmd[] = {"audit", NULL};
+    ctl_run r;
+    ctl_answered(&r, cmd, &audit.base);
+    assert_int_equal(r.status, 0);
+    if (strstr(r.out,
+               "missing token (x4992 from 2025-01-01T12:00:00Z to 2025-01-01T12:00:09Z)\n") == NULL)
+        fail_msg("no count and window in:\n%s", r.out);
+    const char *second = strstr(r.out, "#8");
+    assert_non_null(second);
+    assert_null(strstr(second, " (x"));
+    ctl_free(&r);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -508,6 +593,8 @@ int main(void)
         cmocka_unit_test(test_progress_counts_keys_passed),
         cmocka_unit_test(test_ready_wait_gets_its_budget),
         cmocka_unit_test(test_usage_errors_need_no_server),
+        cmocka_unit_test(test_bad_token_sources_are_errors),
+        cmocka_unit_test(test_audit_shows_coalesced_rows),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -7,9 +7,16 @@
  * unaudited methods write nothing, and a database that cannot be reached never turns a
  * rejection into anything else (the failure to audit is logged).
  *
+ * Unauthenticated rejections go through the coalescing of server/src/reject.c: the first
+ * SRV_REJECT_BURST of a window per (peer, action, reason) are written at once, a flood beyond
+ * is counted and written as one row with count and window when the window closes, when the
+ * table is full and when the dispatcher is freed; the counts always add up to the attempts.
+ * An invalid-UTF-8 ID reaching the engine (an authorized Validate) is audited, sanitized.
+ *
  * Real pieces: the Admin service and its policies (admin.c), srv_auth with a trusted key minted
- * here, the engine on a private PostgreSQL database. No handler is reached by these requests,
- * so the audit rows can only come from the dispatcher.
+ * here, the engine on a private PostgreSQL database. No handler is reached by these requests
+ * (but the invalid-ID Validate, which the engine refuses), so the audit rows can only come from
+ * the dispatcher.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -308,6 +316,169 @@ static void test_audit_failure_is_logged(void **state)
     assert_non_null(strstr(last_log, "could not audit rejected start"));
 }
 
+/* ---- coalescing ------------------------------------------------------------------------- */
+
+static long long rows_of(const char *authority)
+{
+    return bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE authority = '%s'", authority);
+}
+
+static long long attempts_of(const char *authority)
+{
+    return bt_int(pg,
+                  "SELECT coalesce(sum(count), 0) FROM buzz_backfill.audit"
+                  " WHERE authority = '%s'",
+                  authority);
+}
+
+/* A flood of identical unauthenticated rejections from one peer: SRV_REJECT_BURST rows while it
+ * lasts, and one coalesced row with the rest once the dispatcher is freed (shutdown). Guards:
+ * the counting in srv_rejects_audit and the flush in srv_rejects_free. */
+static void test_flood_is_coalesced(void **state)
+{
+    (void)state;
+    const srv_peer peer = {.listener = "tcp", .addr = "192.0.2.9"};
+    const char *authority = "unauthenticated tcp addr=192.0.2.9";
+    request rq = {
+        .method = "buzz.backfill.v1.Admin.Retry", .id = "demo.flood", .request_id_len = 16};
+    const int n = 50;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(dispatch(&rq, &peer), SC(UNAUTHENTICATED));
+    assert_int_equal(rows_of(authority), SRV_REJECT_BURST);
+    srv_dispatcher_free(disp); /* what a SIGTERM does last */
+    assert_int_equal(srv_dispatcher_new(&disp, &ctx), BF_OK);
+    assert_int_equal(srv_dispatcher_add(disp, srv_admin_service(), srv_admin_policies()), BF_OK);
+    assert_int_equal(rows_of(authority), SRV_REJECT_BURST + 1);
+    assert_int_equal(attempts_of(authority), n);
+    /* the coalesced row: every attempt named the same ID and request ID, so it keeps both */
+    char *row = bt_text(pg,
+                        "SELECT concat_ws('|', action, backfill_id, request_id, outcome, count,"
+                        " window_start <= window_end) FROM buzz_backfill.audit"
+                        " WHERE authority = '%s' AND window_start IS NOT NULL",
+                        authority);
+    char want[256];
+    snprintf(want, sizeof want,
+             "retry|demo.flood|" REQUEST_ID_HEX "|rejected: unauthenticated: missing token|%d|t",
+             n - SRV_REJECT_BURST);
+    assert_string_equal(row, want);
+    free(row);
+    /* authenticated rejections are attributable: never coalesced */
+    long long before = audit_count();
+    request denied = {.method = "buzz.backfill.v1.Admin.Start",
+                      .id = "demo.flood",
+                      .request_id_len = 16,
+                      .token = token_read};
+    for (int i = 0; i < SRV_REJECT_BURST + 4; i++)
+        assert_int_equal(dispatch(&denied, &peer), SC(PERMISSION_DENIED));
+    assert_int_equal(audit_count(), before + SRV_REJECT_BURST + 4);
+}
+
+/* A window that closes is flushed by the flusher thread while the process runs. Guard: the
+ * flusher's wake-up at the window's end (without it the counts wait for shutdown). */
+static void test_closed_window_is_flushed(void **state)
+{
+    (void)state;
+    srv_rejects *r = NULL;
+    assert_int_equal(srv_rejects_new(&r, &ctx), BF_OK);
+    srv_rejects_set_window_for_testing(r, 300);
+    const char *authority = "unauthenticated tcp addr=192.0.2.10";
+    bf_actor who = {.authority = authority};
+    const int n = SRV_REJECT_BURST + 3;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(srv_rejects_audit(r, &session, "pause", "demo.window", &who,
+                                           BF_ERR_UNAUTHENTICATED, "missing token"),
+                         BF_OK);
+    /* wait for the outcome (at most 10 s), not for a time: the flusher writes the counts */
+    int64_t until = srv_now_us() + 10 * 1000000;
+    while (attempts_of(authority) < n && srv_now_us() < until) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(attempts_of(authority), n);
+    srv_rejects_free(r);
+    assert_int_equal(attempts_of(authority), n); /* nothing written twice */
+}
+
+/* More keys than the table holds: the window that closes first gives up its slot, and its
+ * counts are written then. Guard: the eviction in reject_slot(). */
+static void test_full_table_evicts_the_oldest(void **state)
+{
+    (void)state;
+    srv_rejects *r = NULL;
+    assert_int_equal(srv_rejects_new(&r, &ctx), BF_OK);
+    char authority[64];
+    for (int k = 0; k <= SRV_REJECT_KEYS; k++) {
+        snprintf(authority, sizeof authority, "unauthenticated tcp addr=198.51.%d.%d", k / 256,
+                 k % 256);
+        bf_actor who = {.authority = authority};
+        int n = k < SRV_REJECT_KEYS ? SRV_REJECT_BURST + 1 : 1;
+        for (int i = 0; i < n; i++)
+            assert_int_equal(srv_rejects_audit(r, &session, "resume", NULL, &who,
+                                               BF_ERR_UNAUTHENTICATED, "expired"),
+                             BF_OK);
+    }
+    /* the first key's counted attempt was written when the last key took its slot */
+    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.0"), SRV_REJECT_BURST + 1);
+    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.1"), SRV_REJECT_BURST);
+    srv_rejects_free(r);
+    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.1"), SRV_REJECT_BURST + 1);
+    assert_int_equal(bt_int(pg, "SELECT coalesce(sum(count), 0) FROM buzz_backfill.audit"
+                                " WHERE authority LIKE 'unauthenticated tcp addr=198.51.%%'"),
+                     SRV_REJECT_KEYS * (SRV_REJECT_BURST + 1) + 1);
+}
+
+/* ---- decoding --------------------------------------------------------------------------- */
+
+/* An authorized Start whose body fits the 4 KiB cap but is two-byte unknown fields: protobuf-c
+ * would hold about 240 KB for it; the decode budget refuses it (RESOURCE_EXHAUSTED, audited)
+ * and no handler runs. Guard: the srv_budget allocator passed to the body's unpack. */
+static void test_dense_body_exceeds_the_budget(void **state)
+{
+    (void)state;
+    static uint8_t body[4000];
+    size_t n = 0;
+    body[n++] = 0x0a; /* id */
+    body[n++] = 8;
+    memcpy(body + n, "demo.big", 8);
+    n += 8;
+    while (n + 2 <= sizeof body) {
+        body[n++] = 0x78; /* field 15, varint 0 */
+        body[n++] = 0x00;
+    }
+    srv_peer ipc = {.listener = "ipc", .has_uid = true, .uid = 1000};
+    long long before = audit_count();
+    request rq = {.method = "buzz.backfill.v1.Admin.Start",
+                  .body = body,
+                  .body_len = n,
+                  .request_id_len = 16};
+    assert_int_equal(dispatch(&rq, &ipc), SC(RESOURCE_EXHAUSTED));
+    assert_int_equal(audit_count(), before + 1);
+    char want[256];
+    snprintf(want, sizeof want,
+             "start|demo.big|-|ipc uid=1000|" REQUEST_ID_HEX
+             "|rejected: resource exhausted: decoding the request would need more than %zu bytes",
+             SRV_DECODE_BUDGET(4096));
+    assert_audit(want);
+}
+
+/* ---- hostile text ----------------------------------------------------------------------- */
+
+/* An authorized Validate (ipc boundary) of an invalid-UTF-8 ID is audited, sanitized, and
+ * answers INVALID_ARGUMENT, not "write audit: data exception (22021)". Guard: bf__audit_text. */
+static void test_invalid_utf8_validate_is_audited(void **state)
+{
+    (void)state;
+    srv_peer ipc = {.listener = "ipc", .has_uid = true, .uid = 1000};
+    long long before = audit_count();
+    request rq = {.method = "buzz.backfill.v1.Admin.Validate",
+                  .id = "demo.\xc3\x28\xe2\x80\xae",
+                  .request_id_len = 16};
+    assert_int_equal(dispatch(&rq, &ipc), SC(INVALID_ARGUMENT));
+    assert_int_equal(audit_count(), before + 1);
+    assert_audit("validate|demo.?(?|-|ipc uid=1000|" REQUEST_ID_HEX "|rejected: invalid argument");
+    assert_null(strstr(last_log, "22021"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +487,11 @@ int main(void)
         cmocka_unit_test(test_bad_input_is_audited),
         cmocka_unit_test(test_unaudited_writes_nothing),
         cmocka_unit_test(test_audit_failure_is_logged),
+        cmocka_unit_test(test_flood_is_coalesced),
+        cmocka_unit_test(test_closed_window_is_flushed),
+        cmocka_unit_test(test_full_table_evicts_the_oldest),
+        cmocka_unit_test(test_dense_body_exceeds_the_budget),
+        cmocka_unit_test(test_invalid_utf8_validate_is_audited),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -188,7 +188,11 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
 
 static Buzz__Backfill__V1__Readiness_Service stub_service =
     BUZZ__BACKFILL__V1__READINESS__INIT(stub_);
-static const srv_method_policy stub_policies[] = {{.caps = SRV_CAP_READINESS, .audited = false}};
+/* The stub lifts the body cap to the whole message, so that what test_oversized meets are the
+ * transport's and the dispatcher's message limits, not the method's (test_hostile_requests
+ * covers those). */
+static const srv_method_policy stub_policies[] = {
+    {.caps = SRV_CAP_READINESS, .audited = false, .max_body = SRV_MAX_MESSAGE}};
 
 /* ---- fixture ------------------------------------------------------------------------------- */
 

@@ -13,8 +13,8 @@
  * Guards proved (each removal fails a test here): the per-call revocation check on cache hits
  * (test_cache), the per-call expiry check on cache hits (test_cache), the cache drop on reload
  * (test_rotation), the capability-only authorize (test_roles_grant_nothing), the "no token"
- * condition of the boundary (test_ipc_boundary), the saturated WhoAmI expiry
- * (test_whoami_far_expiry).
+ * condition of the boundary and the refusal of a present but empty token (test_ipc_boundary,
+ * test_refusals), the saturated WhoAmI expiry (test_whoami_far_expiry).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -251,7 +251,8 @@ static void test_refusals(void **state)
     free(huge);
     /* no token on a network listener */
     expect_refused(auth, NULL, &tcp_peer, "missing token");
-    expect_refused(auth, "", &tcp_peer, "missing token");
+    /* a present but empty token is a broken credential, not an absent one */
+    expect_refused(auth, "", &tcp_peer, "malformed");
     srv_auth_free(auth);
 }
 
@@ -423,8 +424,11 @@ static void test_ipc_boundary(void **state)
     assert_string_equal(who.token_id, "");
     assert_int_equal(who.expires_at, 0);
     assert_int_equal(srv_auth_authorize(&who, SRV_CAP_CONTROL), BF_OK);
-    who = expect_ok(auth, "", &ipc_nouid);
+    who = expect_ok(auth, NULL, &ipc_nouid);
     assert_string_equal(who.authority, "ipc uid=unknown");
+    /* an empty token is presented: malformed, never boundary authority */
+    expect_refused(auth, "", &ipc_uid, "malformed");
+    expect_refused(auth, "", &ipc_nouid, "malformed");
     /* not on network listeners */
     expect_refused(auth, NULL, &tcp_peer, "missing token");
     expect_refused(auth, NULL, &tls_peer, "missing token");

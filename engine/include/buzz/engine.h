@@ -218,9 +218,20 @@ bf_err bf_action_apply(bf_engine *engine, bf_action action, const char *id, cons
 bf_err bf_validate(bf_engine *engine, const char *id, const bf_actor *who, bf_action_result *out);
 
 /* Record a rejected attempt that never reached the lifecycle (authentication, authorization,
- * malformed input) in the audit. outcome is bounded and redacted by the caller. */
+ * malformed input) in the audit. outcome is redacted by the caller. Every text (id, actor,
+ * authority, request ID, outcome) may be anything the request carried: it is stored as valid
+ * UTF-8 without control or bidirectional-control characters ('?' instead), bounded to its
+ * column, so a hostile ID is audited rather than refused by PostgreSQL. */
 bf_err bf_audit_rejection(bf_engine *engine, const char *action, const char *id,
                           const bf_actor *who, bf_err err, const char *outcome);
+
+/* bf_audit_rejection() for count identical rejected attempts (1 .. INT32_MAX) that the caller
+ * counted instead of writing one by one: one row with that count and the window in which they
+ * arrived (microseconds since the Unix epoch by the caller's clock, start <= end). id and
+ * who->request_id are NULL unless every counted attempt carried the same one. */
+bf_err bf_audit_rejections(bf_engine *engine, const char *action, const char *id,
+                           const bf_actor *who, bf_err err, const char *outcome, int64_t count,
+                           int64_t window_start_us, int64_t window_end_us);
 
 /* Delete finished request records older than retention_s seconds. */
 bf_err bf_request_prune(bf_engine *engine, int retention_s, long *deleted_out);
@@ -228,7 +239,7 @@ bf_err bf_request_prune(bf_engine *engine, int retention_s, long *deleted_out);
 typedef struct bf_audit_entry {
     int64_t seq;
     int64_t at;
-    char backfill_id[BF_ID_MAX + 1];
+    char backfill_id[81]; /* a rejected attempt's ID need not be valid: up to 80 bytes */
     char action[24];
     char actor[BF_ACTOR_MAX];
     char authority[BF_ACTOR_MAX];
@@ -238,6 +249,10 @@ typedef struct bf_audit_entry {
     bool has_generation;
     int64_t generation;
     char outcome[BF_DIAG_MAX];
+    int64_t count;        /* attempts the row accounts for: 1, or more for a coalesced row */
+    bool has_window;      /* a coalesced row: the attempts arrived in [window_start, end] */
+    int64_t window_start; /* microseconds since the Unix epoch */
+    int64_t window_end;
 } bf_audit_entry;
 
 /* Audit rows, newest first, seq < before_seq (0 = newest); id NULL = all backfills. */
