@@ -252,8 +252,13 @@ pid_t bt_spawn(int (*fn)(void *), void *arg)
     pid_t pid = fork();
     if (pid < 0)
         bt_fail("fork failed");
-    if (pid == 0)
+    if (pid == 0) {
+        /* its own process group: a child the test stops (SIGSTOP) is never in an orphaned
+         * group, which the kernel would send SIGHUP and SIGCONT */
+        (void)setpgid(0, 0);
         _exit(fn(arg));
+    }
+    (void)setpgid(pid, pid);
     return pid;
 }
 

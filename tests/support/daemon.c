@@ -258,6 +258,10 @@ static pid_t bd_spawn(char *const argv[], const char *log, const char *definitio
     if (pid == 0) {
         /* a test that dies (a timeout, a crash) takes its daemons with it */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* a process group of its own, whose parent (the test) is in another group of the same
+         * session: never orphaned while the test lives, so the kernel never sends a stopped
+         * daemon SIGHUP and SIGCONT when some other process of the test's group exits */
+        (void)setpgid(0, 0);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (fd < 0)
             _exit(126);
@@ -267,6 +271,7 @@ static pid_t bd_spawn(char *const argv[], const char *log, const char *definitio
         execve(argv[0], argv, envp);
         _exit(127);
     }
+    (void)setpgid(pid, pid); /* both sides, so no signal finds it in the old group */
     if (bd.n_pids < BD_MAX_PIDS)
         bd.pids[bd.n_pids++] = pid;
     return pid;
