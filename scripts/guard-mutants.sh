@@ -127,8 +127,8 @@ MUTANTS = [
     check("request_action_check", REQUEST, "  action text"),
     check("request_backfill_id_check", REQUEST, "  backfill_id text"),
     check("request_detail_check", REQUEST, "  detail text"),
-    # triggers: the live guard_1_completed is the one migration 3 recreated
-    ("guard_1_completed", "schema", "", [(MIG, ["static const char m3_rows_covered[]"],
+    # triggers: the live guard_1_completed is the one migration 5 recreated
+    ("guard_1_completed", "schema", "", [(MIG, ["static const char m5_rename_truncate[]"],
         "WHEN (OLD.state = 'completed' AND", "WHEN (false AND OLD.state = 'completed' AND")]),
     ("guard_1_completed_delete", "schema", "", [(MIG, [],
         "WHEN (OLD.state = 'completed')", "WHEN (false AND OLD.state = 'completed')")]),
@@ -136,6 +136,11 @@ MUTANTS = [
         "WHEN (OLD.bound_empty IS NOT NULL AND", "WHEN (false AND OLD.bound_empty IS NOT NULL AND")]),
     ("audit_append_only", "schema", "", [(MIG, ["CREATE TRIGGER audit_append_only"],
         "FOR EACH ROW EXECUTE", "FOR EACH ROW WHEN (false) EXECUTE")]),
+    # the truncate triggers are statement triggers: WHEN (false) switches them off as well
+    ("guard_3_truncate", "schema", "", [(MIG, ["CREATE TRIGGER guard_3_truncate"],
+        "FOR EACH STATEMENT EXECUTE", "FOR EACH STATEMENT WHEN (false) EXECUTE")]),
+    ("audit_no_truncate", "schema", "", [(MIG, ["CREATE TRIGGER audit_no_truncate"],
+        "FOR EACH STATEMENT EXECUTE", "FOR EACH STATEMENT WHEN (false) EXECUTE")]),
     # batch_verdict
     ("verdict_selected_over_bound", "fence", "", [(MIG, [],
         "IF selected > batch_limit OR touched > batch_limit THEN", "IF touched > batch_limit THEN")]),
@@ -167,8 +172,7 @@ MUTANTS = [
         (REG, ["static char *compile_fence"], "FROM bf_last l WHERE \"", "FROM bf_last l WHERE (true OR \""),
         (REG, ["static char *compile_fence"], "add_param(&sb, d, 5);",
          "add_param(&sb, d, 5);\n    bf_strbuf_add(&sb, \")\");")]),
-    ("fence_callback_fenced_out", "fence", "", [(WRK, ["static bf_err batch_callback"],
-        "if (err == BF_OK && PQntuples(r) == 0)", "if (false && err == BF_OK && PQntuples(r) == 0)")]),
+    # (the callback form's fenced-out check is batch_verdict's, above: its fence raises BFS01)
     # the loop's own conditions (compile_loop): the batch's last key bf.l is read from the keyset
     # "key > bf.c AND key <= bf.b" of the same iteration, and bf.c, bf.b are the procedure's own
     # variables, so "l > c" and "l <= b" hold by construction; no writer can reach them

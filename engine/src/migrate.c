@@ -174,11 +174,33 @@ static const char m4_bounded_keys_coalesced_audit[] =
     "  (window_start IS NULL) = (window_end IS NULL) AND window_start <= window_end"
     "  AND (count = 1 OR window_start IS NOT NULL));";
 
+/* Version 5: a completed row cannot be renamed either (renaming it would free its stable ID for
+ * a second execution), and neither table can be emptied by TRUNCATE, which no row trigger
+ * sees: completed rows are permanent and the audit is append-only. */
+static const char m5_rename_truncate[] =
+    "DROP TRIGGER guard_1_completed ON buzz_backfill.backfill;"
+    "CREATE TRIGGER guard_1_completed BEFORE UPDATE ON buzz_backfill.backfill FOR EACH ROW"
+    "  WHEN (OLD.state = 'completed' AND"
+    "     ROW(NEW.id, NEW.state, NEW.bound, NEW.bound_empty, NEW.checkpoint, NEW.generation,"
+    "         NEW.claim_owner, NEW.rows_committed, NEW.rows_covered, NEW.batches_committed,"
+    "         NEW.started_at, NEW.completed_at, NEW.key_types)"
+    "     IS DISTINCT FROM"
+    "     ROW(OLD.id, OLD.state, OLD.bound, OLD.bound_empty, OLD.checkpoint, OLD.generation,"
+    "         OLD.claim_owner, OLD.rows_committed, OLD.rows_covered, OLD.batches_committed,"
+    "         OLD.started_at, OLD.completed_at, OLD.key_types))"
+    "  EXECUTE FUNCTION buzz_backfill.reject_change('completed backfill is immutable', 'BFI01');"
+    "CREATE TRIGGER guard_3_truncate BEFORE TRUNCATE ON buzz_backfill.backfill"
+    "  FOR EACH STATEMENT EXECUTE FUNCTION"
+    "  buzz_backfill.reject_change('completed backfills are permanent: no TRUNCATE', 'BFI01');"
+    "CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON buzz_backfill.audit"
+    "  FOR EACH STATEMENT EXECUTE FUNCTION buzz_backfill.audit_append_only();";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
     {3, "rows covered", m3_rows_covered},
     {4, "bounded keys, coalesced rejections", m4_bounded_keys_coalesced_audit},
+    {5, "no rename or truncate of what is permanent", m5_rename_truncate},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

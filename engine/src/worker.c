@@ -684,8 +684,10 @@ static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_
 {
     if (w->e->cancelled) /* the failure is the stop's cancel, or follows from it */
         return step_stopped(w, info);
-    if (err == BF_ERR_STALE)
-        return worker_fail(w, BF_ERR_TIMEOUT, "claim expired before the work committed", info);
+    if (err == BF_ERR_STALE) /* the generation and owner still match, so the claim expired or
+                                 the row moved under it (a result lost with its connection) */
+        return worker_fail(w, BF_ERR_TIMEOUT,
+                           "fenced out at commit: the claim expired or the row changed", info);
     return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
 }
 

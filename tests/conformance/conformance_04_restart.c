@@ -18,9 +18,9 @@
  *
  * Guards proved (removing any one of them fails this test):
  *   - bound capture only at start: action_start's "state = 'pending'" predicate with the state
- *     table (actions.c), and the guard_2_bound trigger's "captured bound is immutable"
- *     (migrate.c); workers read the bound from the row at claim (worker.c claim_sql RETURNING
- *     b.bound) instead of recapturing it;
+ *     table (actions.c); workers read the bound from the row at claim (worker.c claim_sql
+ *     RETURNING b.bound) instead of recapturing it. (The guard_2_bound trigger, the database's
+ *     own refusal of a changed bound, no engine path reaches; test_db_guards proves it.)
  *   - takeover never rewinds the checkpoint: claim_sql leaves checkpoint untouched and the
  *     new owner resumes from the row's checkpoint.
  */

@@ -35,8 +35,9 @@
  *     bf__validation_run): without it the probe's nextval escapes and validation succeeds;
  *   - the completed-row guard: completion only of a validating row at the read generation
  *     (validate_run's "state == BF_STATE_VALIDATING", the completion UPDATE's "state =
- *     'validating'") and the guard_backfill trigger: without them revalidating a completed
- *     row tries to complete it again and the answer or completed_at changes.
+ *     'validating'"): without them revalidating a completed row tries to complete it again
+ *     and the answer or completed_at changes (the guard_1_completed trigger, which would
+ *     refuse that write too, is proved on its own by test_db_guards).
  */
 #include <pthread.h>
 #include <setjmp.h>

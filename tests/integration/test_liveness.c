@@ -246,12 +246,13 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A fresh items table and a registry of the given definitions, registered and started. */
+#define CASE(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+/* The items table and a registry of the given definitions, registered and started (every case
+ * has a database of its own). */
 static bf_registry *fresh(bf_engine **admin, const bf_definition *const *defs, size_t n)
 {
-    bt_exec(pg, "DROP TABLE IF EXISTS " ITEMS);
     bt_make_items(pg, ITEMS, ITEMS_ROWS);
-    bt_exec(pg, "TRUNCATE buzz_backfill.backfill");
     bf_registry *reg = bt_registry(defs, n);
     *admin = bt_engine(reg, "operator", 0);
     assert_int_equal(bf_register_all(*admin), BF_OK);
@@ -329,11 +330,12 @@ static void test_actions_and_registration_bounded(void **state)
 /* The pid of the one engine backend in the given state, 0 when none. */
 static int backend_in_state(const char *st)
 {
-    return (int)bt_int(pg,
-                       "SELECT coalesce(max(pid), 0)::bigint FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND application_name LIKE 'buzz-backfill%%'"
-                       " AND state = '%s'",
-                       st);
+    return (int)bt_int(
+        pg,
+        "SELECT coalesce(max(pid), 0)::bigint FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name LIKE 'buzz-backfill%%'"
+        " AND state = '%s'",
+        st);
 }
 
 static void test_stalled_client_loses_session(void **state)
@@ -637,7 +639,6 @@ static void test_notices_and_outage_go_to_the_log(void **state)
 static void test_long_checkpoint_blocks(void **state)
 {
     (void)state;
-    bt_exec(pg, "TRUNCATE buzz_backfill.backfill");
     static const bf_definition *const defs[] = {&blob_def};
     bf_registry *reg = bt_registry(defs, 1);
     bf_engine *admin = bt_engine(reg, "operator", 0);
@@ -681,7 +682,6 @@ static const bf_definition bytea_def = {
 static void test_bytea_and_uuid_keys_complete(void **state)
 {
     (void)state;
-    bt_exec(pg, "TRUNCATE buzz_backfill.backfill");
     bt_exec(pg,
             "CREATE TABLE live_uuids (u uuid PRIMARY KEY, fixed integer);"
             "INSERT INTO live_uuids (u) SELECT md5(g::text)::uuid FROM generate_series(1, 50) g;"
@@ -708,7 +708,6 @@ static void test_bytea_and_uuid_keys_complete(void **state)
 static void test_logs_carry_no_row_data(void **state)
 {
     (void)state;
-    bt_exec(pg, "TRUNCATE buzz_backfill.backfill");
     static const bf_definition *const defs[] = {&check_def, &cast_def};
     bf_registry *reg = bt_registry(defs, 2);
     bf_engine *admin = bt_engine(reg, "operator", 0);
@@ -759,19 +758,19 @@ static void test_config_check_lease(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_check_lease),
-        cmocka_unit_test(test_claim_skips_locked_row),
-        cmocka_unit_test(test_actions_and_registration_bounded),
-        cmocka_unit_test(test_stalled_client_loses_session),
-        cmocka_unit_test(test_fence_and_commit_one_round_trip),
-        cmocka_unit_test(test_takeover_counts_expired_attempts),
-        cmocka_unit_test(test_expired_attempts_exhaust),
-        cmocka_unit_test(test_validation_busy_claims_nothing),
-        cmocka_unit_test(test_stalled_validator_is_terminated),
-        cmocka_unit_test(test_notices_and_outage_go_to_the_log),
-        cmocka_unit_test(test_long_checkpoint_blocks),
-        cmocka_unit_test(test_bytea_and_uuid_keys_complete),
-        cmocka_unit_test(test_logs_carry_no_row_data),
+        CASE(test_config_check_lease),
+        CASE(test_claim_skips_locked_row),
+        CASE(test_actions_and_registration_bounded),
+        CASE(test_stalled_client_loses_session),
+        CASE(test_fence_and_commit_one_round_trip),
+        CASE(test_takeover_counts_expired_attempts),
+        CASE(test_expired_attempts_exhaust),
+        CASE(test_validation_busy_claims_nothing),
+        CASE(test_stalled_validator_is_terminated),
+        CASE(test_notices_and_outage_go_to_the_log),
+        CASE(test_long_checkpoint_blocks),
+        CASE(test_bytea_and_uuid_keys_complete),
+        CASE(test_logs_carry_no_row_data),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
