@@ -111,8 +111,8 @@ static const char claim_sql[] =
     "  SELECT $1, 'worker', $2, 'engine', u.prev_state, 'failed', u.generation, $6 FROM u"
     "  WHERE u.exhausted RETURNING 1)"
     " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
-    " u.attempts, u.exhausted, (SELECT count(*) FROM a),"
-    " CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text END FROM u";
+    " u.attempts, u.exhausted, CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text"
+    " END FROM u"; /* (a data-modifying WITH runs whether or not it is read) */
 
 /* Claim id. validating: the row was seen in validating, so the validation lock is taken first
  * and the row is left alone (no claim, no generation) while another session validates it. */
