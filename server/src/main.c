@@ -87,6 +87,11 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
+    if (srv_config_check_environment(&cfg, diag, sizeof diag) != BF_OK) {
+        fprintf(stderr, "buzz-backfilld: %s\n", diag);
+        srv_config_fini(&cfg);
+        return 1;
+    }
     switch (cfg.command) {
     case SRV_CMD_HELP:
         srv_config_usage(stdout, "buzz-backfilld");
