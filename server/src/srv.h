@@ -79,6 +79,8 @@ typedef struct srv_auth_config {
     uint32_t ipc_boundary_caps;    /* caps granted to ipc peers when ipc_boundary; 0 = all */
 } srv_auth_config;
 
+/* Load the trusted keys and revocations. A keys or revocations file writable by group or
+ * others is refused (BF_ERR_PERMISSION_DENIED), as at every reload. */
 bf_err srv_auth_new(srv_auth **out, const srv_auth_config *cfg, char *diag, size_t diag_len);
 void srv_auth_free(srv_auth *auth);
 /* Re-read trusted keys and revocations (SIGHUP). On error the previous sets stay. Thread-safe
