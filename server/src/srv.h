@@ -4,8 +4,9 @@
  *   auth.c       capability tokens -> srv_identity; per-method capability checks
  *   dispatch.c   envelope decode, limits, deadline, method lookup through protoc-c service
  *                descriptors, authentication/authorization, audit of rejections, invoke, encode
- *   transport.c  nng REP socket, listeners (ipc://, tcp://, tls+tcp://), a pool of threads each
- *                with its own nng context and engine session
+ *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
+ *                per socket each with its own nng context and engine session; conns.c
+ *                counts its connections under the caps per listener and per peer
  *   admin.c      the Admin service (ProtobufCService) over the engine API
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
@@ -54,6 +55,7 @@ typedef struct srv_peer {
     const char *listener; /* "ipc", "tcp" or "tls" */
     bool has_uid;         /* ipc only: the peer's uid from the kernel */
     uint32_t uid;
+    char addr[64]; /* tcp/tls: the remote IP address as text; "" for ipc or when unknown */
 } srv_peer;
 
 /* Who a request speaks for, once authenticated. */
