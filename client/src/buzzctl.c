@@ -16,6 +16,8 @@
 
 #include <sodium.h>
 
+#include <sodium.h>
+
 #include "buzz/backfill/v1/admin.pb-c.h"
 #include "buzz/backfill/v1/readiness.pb-c.h"
 #include "buzz/backfill/v1/rpc.pb-c.h"
@@ -609,16 +611,19 @@ static char *read_token_file(const char *path, const char **why)
     return token;
 }
 
+/* Exactly 2 * BFC_REQUEST_ID_LEN hex digits (either case), nothing else: no sign, no "0x", no
+ * spaces (sscanf's %x took all of those). sodium_hex2bin() without an ignore set and without
+ * hex_end refuses any other character. out is written only on success. */
 static int parse_request_id(const char *hex, uint8_t out[BFC_REQUEST_ID_LEN])
 {
-    if (strlen(hex) != 2 * BFC_REQUEST_ID_LEN)
+    size_t len = strlen(hex);
+    if (len != 2 * BFC_REQUEST_ID_LEN)
         return -1;
-    for (int i = 0; i < BFC_REQUEST_ID_LEN; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (uint8_t)v;
-    }
+    uint8_t id[BFC_REQUEST_ID_LEN];
+    size_t n = 0;
+    if (sodium_hex2bin(id, sizeof id, hex, len, NULL, &n, NULL) != 0 || n != sizeof id)
+        return -1;
+    memcpy(out, id, sizeof id);
     return 0;
 }
 
@@ -682,7 +687,8 @@ int main(int argc, char **argv)
         }
         case 'r':
             if (parse_request_id(optarg, c.request_id) != 0) {
-                fputs("buzzctl: --request-id needs 32 hex digits\n", stderr);
+                fputs("buzzctl: --request-id needs exactly 32 hex digits (0-9, a-f)\n", stderr);
+                free(c.token);
                 return EXIT_USAGE;
             }
             c.has_request_id = true;

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <sodium.h>
 
@@ -88,6 +89,18 @@ static bool auth_revoked(const srv_auth *auth, const uint8_t id[BFT_TOKEN_ID_LEN
            bsearch(id, auth->revoked, auth->n_revoked, sizeof *auth->revoked, auth_id_cmp) != NULL;
 }
 
+/* Who may change the trusted keys or the revocations decides who is trusted: refuse a file
+ * that anyone but its owner (and root) may write. st describes path (what names it). */
+static bf_err auth_file_private(const struct stat *st, const char *what, const char *path,
+                                char *diag, size_t diag_len)
+{
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) == 0)
+        return BF_OK;
+    (void)bf_diag_set(diag, diag_len, BF_OK, "%s %s is writable by group or others (chmod go-w)",
+                      what, path);
+    return BF_ERR_PERMISSION_DENIED;
+}
+
 /* Lines of 32 hex digits; '#' comment lines and blank lines ignored. */
 static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *path, char *diag,
                                 size_t diag_len)
@@ -96,6 +109,14 @@ static bf_err auth_revoked_load(auth_token_id **out, size_t *n_out, const char *
     if (f == NULL) {
         (void)bf_diag_set(diag, diag_len, BF_OK, "cannot open revocations %s", path);
         return BF_ERR_IO;
+    }
+    struct stat st;
+    bf_err mode_err = fstat(fileno(f), &st) != 0
+                          ? BF_ERR_IO
+                          : auth_file_private(&st, "revocations", path, diag, diag_len);
+    if (mode_err != BF_OK) {
+        fclose(f);
+        return mode_err;
     }
     auth_token_id *ids = NULL;
     size_t n = 0, cap = 0;
@@ -215,6 +236,10 @@ static bf_err auth_load(const srv_auth *auth, bft_keyring **ring_out, auth_token
                         size_t *n_revoked_out, char *diag, size_t diag_len)
 {
     bft_keyring *ring = NULL;
+    struct stat st;
+    if (auth->keys_file != NULL && stat(auth->keys_file, &st) == 0 &&
+        auth_file_private(&st, "trusted keys", auth->keys_file, diag, diag_len) != BF_OK)
+        return BF_ERR_PERMISSION_DENIED;
     bf_err err = auth->keys_file ? bft_keyring_load(&ring, auth->keys_file, diag, diag_len)
                                  : bft_keyring_new(&ring);
     if (err != BF_OK)

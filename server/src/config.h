@@ -23,7 +23,7 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       21 /* settings in the table */
+#define SRV_CONFIG_KEYS       23 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -54,7 +54,9 @@ typedef struct srv_config {
     int step_ms;
     int step_batches;
     int request_retention_s;
-    int ipc_socket_mode; /* 0600 or 0660 */
+    int ipc_socket_mode;          /* 0600 or 0660 */
+    int max_connections;          /* per listener */
+    int max_connections_per_peer; /* per remote IP (tcp, tls) or uid (ipc) */
     bf_log_level log_level;
 
     /* where each effective value came from, in table order (for check-config) */
@@ -73,6 +75,16 @@ typedef struct srv_config {
 bf_err srv_config_load(srv_config *out, int argc, char *const argv[], char *const envp[],
                        char *diag, size_t diag_len);
 void srv_config_fini(srv_config *cfg);
+
+/*
+ * What run would find wrong outside the configuration itself (run and check-config): every
+ * ipc:// path is absent in an existing directory or is a socket; every tcp:// and tls+tcp://
+ * host resolves; trusted_keys_file and revoked_tokens_file are regular files not writable by
+ * group or others; tls_cert_key_file (with a tls+tcp:// listener) is a regular file no one but
+ * its owner may access. It reads no file and loads nothing. BF_ERR_INVALID_ARGUMENT with a
+ * one-line reason naming the key and its origin (never the value) in diag.
+ */
+bf_err srv_config_check_environment(const srv_config *cfg, char *diag, size_t diag_len);
 
 /* --help text: commands, options and every key with its flag, environment name and default. */
 void srv_config_usage(FILE *f, const char *prog);

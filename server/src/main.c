@@ -28,6 +28,7 @@ static int daemon_run(const srv_config *cfg)
     srv_log_setup(cfg->log_level);
     if (srv_signals_block() != BF_OK)
         return daemon_fail("signals", "cannot block termination signals");
+    srv_fd_limit_raise(cfg);
 
     bf_registry *registry = NULL;
     if (srv_registry_load(&registry, cfg, diag, sizeof diag) != BF_OK)
@@ -61,8 +62,7 @@ static int daemon_run(const srv_config *cfg)
     } else {
         srv_log(BF_LOG_INFO, "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION,
                 cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
-        srv_signals_serve(auth);
-        rc = 0;
+        rc = srv_signals_serve(auth) ? 1 : 0;
     }
 
     atomic_store(&ctx.shutting_down, true);
@@ -87,6 +87,11 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
+    if (srv_config_check_environment(&cfg, diag, sizeof diag) != BF_OK) {
+        fprintf(stderr, "buzz-backfilld: %s\n", diag);
+        srv_config_fini(&cfg);
+        return 1;
+    }
     switch (cfg.command) {
     case SRV_CMD_HELP:
         srv_config_usage(stdout, "buzz-backfilld");

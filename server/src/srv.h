@@ -6,8 +6,9 @@
  *                descriptors, authentication/authorization, audit of rejections, invoke, encode
  *   decode.c     the envelope read off the wire, NUL checks of strings, the decode budget
  *   reject.c     audit of unauthenticated rejections, coalesced under a flood
- *   transport.c  nng REP socket, listeners (ipc://, tcp://, tls+tcp://), a pool of threads each
- *                with its own nng context and engine session
+ *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
+ *                per socket each with its own nng context and engine session; conns.c
+ *                counts its connections under the caps per listener and per peer
  *   admin.c      the Admin service (ProtobufCService) over the engine API
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
@@ -82,6 +83,8 @@ typedef struct srv_auth_config {
     uint32_t ipc_boundary_caps;    /* caps granted to ipc peers when ipc_boundary; 0 = all */
 } srv_auth_config;
 
+/* Load the trusted keys and revocations. A keys or revocations file writable by group or
+ * others is refused (BF_ERR_PERMISSION_DENIED), as at every reload. */
 bf_err srv_auth_new(srv_auth **out, const srv_auth_config *cfg, char *diag, size_t diag_len);
 void srv_auth_free(srv_auth *auth);
 /* Re-read trusted keys and revocations (SIGHUP). On error the previous sets stay. Thread-safe

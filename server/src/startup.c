@@ -18,9 +18,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +35,8 @@
 #define STARTUP_PRUNE_MAX_MS    3600000
 #define STARTUP_CONNECT_TIMEOUT "10"
 #define LOG_LINE_MAX            1024
+
+#define STARTUP_FD_SLACK 64 /* log, listeners, nng's own descriptors, modules */
 
 _Static_assert(SRV_CONFIG_LISTEN_MAX == SRV_TRANSPORT_MAX_LISTENERS,
                "the configuration accepts what the transport serves");
@@ -98,7 +102,16 @@ bf_err srv_signals_block(void)
     return pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 ? BF_OK : BF_ERR_INTERNAL;
 }
 
-void srv_signals_serve(srv_auth *auth)
+static _Atomic(const char *) signals_fatal;
+
+void srv_signals_stop_fatal(const char *why)
+{
+    const char *none = NULL;
+    if (atomic_compare_exchange_strong(&signals_fatal, &none, why))
+        kill(getpid(), SIGTERM); /* the main thread's sigwait() takes it */
+}
+
+bool srv_signals_serve(srv_auth *auth)
 {
     sigset_t set;
     signals_set(&set);
@@ -107,9 +120,14 @@ void srv_signals_serve(srv_auth *auth)
         if (sigwait(&set, &sig) != 0)
             continue;
         if (sig != SIGHUP) {
+            const char *why = atomic_load(&signals_fatal);
+            if (why != NULL) {
+                srv_log(BF_LOG_ERROR, "shutting down: %s", why);
+                return true;
+            }
             srv_log(BF_LOG_INFO, "received %s: shutting down",
                     sig == SIGTERM ? "SIGTERM" : "SIGINT");
-            return;
+            return false;
         }
         char diag[256] = "";
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
@@ -148,6 +166,29 @@ bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, s
     return BF_OK;
 }
 
+void srv_fd_limit_raise(const srv_config *cfg)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+        return;
+    if (lim.rlim_cur < lim.rlim_max) {
+        struct rlimit raised = {lim.rlim_max, lim.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            lim = raised;
+    }
+    /* a connection, a PostgreSQL session per transport thread (one pool per listener kind), a
+     * session per worker and the startup sequence's */
+    unsigned long want = (unsigned long)cfg->n_listen * (unsigned long)cfg->max_connections +
+                         2ul * (unsigned long)cfg->threads + (unsigned long)cfg->workers + 1 +
+                         STARTUP_FD_SLACK;
+    if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want)
+        srv_log(BF_LOG_WARN,
+                "the descriptor limit (%lu) is below what max_connections on %zu listener%s, the "
+                "threads and the workers may need (%lu): raise LimitNOFILE or lower "
+                "max_connections",
+                (unsigned long)lim.rlim_cur, cfg->n_listen, cfg->n_listen == 1 ? "" : "s", want);
+}
+
 srv_auth_config srv_auth_config_from(const srv_config *cfg)
 {
     srv_auth_config a = {
@@ -162,6 +203,13 @@ srv_auth_config srv_auth_config_from(const srv_config *cfg)
     return a;
 }
 
+static void startup_transport_wedged(void *arg)
+{
+    (void)arg;
+    srv_signals_stop_fatal("the transport cannot release connections any more; exiting with "
+                           "status 1 so that the service manager restarts the daemon");
+}
+
 srv_transport_config srv_transport_config_from(const srv_config *cfg)
 {
     srv_transport_config t = {
@@ -171,6 +219,9 @@ srv_transport_config srv_transport_config_from(const srv_config *cfg)
         .ipc_mode = cfg->ipc_socket_mode,
         .tls_cert_file = cfg->tls_cert_key_file,
         .tls_key_file = NULL,
+        .max_conns = cfg->max_connections,
+        .max_conns_per_peer = cfg->max_connections_per_peer,
+        .on_wedged = startup_transport_wedged,
     };
     return t;
 }

@@ -32,10 +32,19 @@ void srv_log(bf_log_level level, const char *fmt, ...) __attribute__((format(pri
  * thread starts so every thread inherits the mask and only srv_signals_serve() receives them. */
 bf_err srv_signals_block(void);
 /* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload); SIGTERM or SIGINT
- * returns. */
-void srv_signals_serve(srv_auth *auth);
+ * returns false, a stop asked for by srv_signals_stop_fatal() returns true. */
+bool srv_signals_serve(srv_auth *auth);
+/* Ask srv_signals_serve() to return as after SIGTERM, but for a failure the process cannot
+ * recover from (the daemon then exits 1, for its supervisor to restart it). why: a static
+ * string for the log. Thread-safe; may be called from any thread. */
+void srv_signals_stop_fatal(const char *why);
 
 /* ---- composition helpers ------------------------------------------------------------------- */
+
+/* Raise the soft limit on open descriptors to the hard limit (nng and libpq poll without
+ * select, so any number works), and warn when it stays below what the connection caps, the
+ * threads and the workers may hold at once. */
+void srv_fd_limit_raise(const srv_config *cfg);
 
 /* Load every configured definitions module into a new registry (all or nothing). */
 bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, size_t diag_len);

@@ -1,41 +1,92 @@
 /*
- * transport.c - the nng REP transport: one rep0 socket, a listener per configured URL (ipc://
- * with restricted socket file permissions, tcp://, tls+tcp:// with the configured certificate
- * and key), and a pool of threads that each own an nng context, an aio and a srv_session.
+ * transport.c - the nng REP transport: a rep0 socket per listener kind (ipc, network), a
+ * listener per configured URL (ipc:// with restricted socket file permissions and a path that
+ * must not name anything but a socket, tcp://, tls+tcp:// with the configured certificate and
+ * a private key), per socket a pool of request threads and of contexts, the bounded stop, and
+ * the defences against hostile peers. This file sets up and stops; transport_serve.c serves
+ * (request threads, replies, connection admission, the sweeper); transport_impl.h is what they
+ * share.
  *
  * Design notes
  *
- * Concurrency: every thread runs recv -> srv_dispatch -> send on its own context, so up to
- * `threads` requests are handled at once; the REP socket hands each request to one idle
- * context and routes each reply back to the pipe it came from.
+ * Concurrency: each socket has `threads` threads and a pool of contexts (slots). A thread takes
+ * a free slot, receives a request on it, dispatches it and hands the reply to nng on the same
+ * slot without waiting: the send completes in transport_sent() on nng's thread, which frees the
+ * slot. So up to `threads` requests per socket are served at once, and a reply that waits for
+ * its peer holds a slot, never a thread. A REP socket hands each request to one waiting context
+ * and routes each reply back to the pipe (connection) it came from.
  *
  * Peer facts: the listener a request arrived on is found from its pipe (nng_pipe_listener), so
  * boundary authority is granted only to requests that really came through the ipc:// listener;
- * the ipc peer uid comes from the kernel (NNG_OPT_IPC_PEER_UID).
+ * the ipc peer uid comes from the kernel (NNG_OPT_IPC_PEER_UID), the tcp/tls peer address
+ * from NNG_OPT_REMADDR.
  *
  * Size: nng refuses messages over SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK by dropping the
  * connection; between SRV_MAX_MESSAGE and that, the dispatcher answers RESOURCE_EXHAUSTED.
  *
- * Slow peers: a REP context hands its reply to the connection it came from; while that
- * connection is still writing an earlier reply (a peer that sent several requests and stopped
- * reading), the send waits. Sends therefore carry a timeout (send_timeout_ms): without it one
- * such peer could hold every thread forever and stop could never join them. A receive waits
- * without limit.
+ * Hostile peers. What froze the daemon, found with raw SP peers that pipeline requests and
+ * never read (tests/integration/test_hostile_peers.c):
+ * - rep0 keeps reading a pipe as long as a context waits for a request, so one connection can
+ *   feed every thread; each reply then waits for the pipe, which is still writing an earlier
+ *   reply the peer does not read. Each thread (which used to wait for its send) sat out the
+ *   10 s send timeout, took the next pipelined request and sat again: callers on every
+ *   listener timed out behind four such peers.
+ * - nng 1.5.2's tcp and ipc transports race when a pipe is closed while its receive callback
+ *   is between two partial reads (header, then body): the callback resubmits the read on an
+ *   aio that close has just stopped, nni_aio_begin() refuses it without completing it, and the
+ *   protocol's receive never finishes. nng's single reaper thread then waits for it forever in
+ *   rep0_pipe_stop(): no pipe is finalized again, so the descriptors of every later closed
+ *   connection stay open (they are only closed when reaped), and nng_close() waits for the
+ *   pipe list to drain, for good. A peer that pumps requests and resets its connection can
+ *   trigger it; so did our own close of such a pipe (a first version of these defences closed
+ *   a non-reading pipe at its send timeout and wedged nng within a few attacks). It cannot be
+ *   fixed from outside nng; the defences below avoid closing pipes that may be reading.
+ * The defences, each tested there:
+ * - Connection caps (conns.c): nng's ADD_PRE pipe notification admits a connection only while
+ *   its listener has fewer than max_conns and its peer (remote IP, ipc uid) fewer than
+ *   max_conns_per_peer; others are closed at once. At ADD_PRE the pipe has not started
+ *   receiving, so that close cannot hit the race above. REM_POST releases the slot.
+ * - At most SRV_TRANSPORT_IN_FLIGHT requests per connection are served at once; a further
+ *   one is dropped unanswered (its peer is pipelining, which our clients never do beyond one
+ *   retry), so one connection holds at most that many threads.
+ * - Replies are sent asynchronously (above), so a peer that does not read holds slots, not
+ *   threads. The pool has a slot per thread plus SRV_TRANSPORT_IN_FLIGHT per connection the
+ *   caps admit (at most TRANSPORT_SLOTS_MAX), so slow readers cannot empty it before their
+ *   sends time out.
+ * - Sends are bounded (send_timeout_ms): a reply still waiting for its pipe then is dropped and
+ *   the connection marked unread; every further request from it is dropped unanswered without
+ *   being served. The connection is not closed while it keeps sending: closing a pipe that is
+ *   receiving is what wedges nng. A sweeper closes it once no request came from it for
+ *   SRV_TRANSPORT_QUIET_MS (then it waits for data or is parked by rep0, with no read in
+ *   progress); until then it keeps one of its peer's connection slots.
+ * - One socket and pool per listener kind: the ipc listener keeps its own threads while the
+ *   network ones are busy (a flood of slow requests from tokens holders, of cheap refusals
+ *   from anyone), and operators on the local socket stay served.
+ * - Stop is bounded: the replies in flight end within the send timeout; the sockets are closed
+ *   by a helper thread, and if nng_close() has not returned after SRV_TRANSPORT_CLOSE_BOUND_MS
+ *   (the wedge above), stop logs it and returns, and the transport's memory is kept: nng's
+ *   callbacks may still reference it.
+ * Refusals and drops are logged at most once per TRANSPORT_NOTE_MS per kind, with a count, so a
+ * flood cannot flood the log.
  *
- * Stop: a flag under the mutex stops threads from starting a new receive, and the context of
+ * Stop: a flag under the mutex stops threads from starting a new receive, and the slot of
  * every thread that is waiting in recv is closed (its recv fails with NNG_ECLOSED). A thread
- * in the middle of a request finishes it and sends its reply before it sees the flag. The
- * socket, its listeners and their connections close only after every thread has returned;
- * nng completes a REP send when the reply is handed to the pipe, not when it is written, so
- * when replies were sent during stop the socket lingers briefly (nng has no linger option).
+ * in the middle of a request finishes it and sends its reply before it sees the flag. Stop
+ * then waits for the replies in flight, and the sockets, their listeners and their connections
+ * close only after that; nng completes a REP send when the reply is handed to the pipe, not
+ * when it is written, so when replies were sent during stop the sockets linger briefly (nng
+ * has no linger option).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -43,63 +94,10 @@
 #include <nng/supplemental/util/platform.h>
 #include <sodium.h>
 
-#include "transport.h"
+#include "transport_impl.h"
 
 #define TRANSPORT_DEFAULT_THREADS 4
 #define TRANSPORT_PEM_MAX         (1 << 20)
-#define TRANSPORT_LINGER_MS       200
-#define TRANSPORT_SEND_TIMEOUT_MS 10000
-
-typedef struct transport_listener {
-    nng_listener listener;
-    bool created;
-    bool started;
-    const char *kind; /* "ipc", "tcp", "tls" */
-    char url[256];
-} transport_listener;
-
-typedef struct transport_worker {
-    srv_transport *t;
-    pthread_t thread;
-    bool thread_started;
-    nng_ctx ctx;
-    bool ctx_open;
-    nng_aio *aio;
-    bool receiving; /* under t->mtx: waiting in recv, safe to close the context */
-    srv_session session;
-} transport_worker;
-
-struct srv_transport {
-    srv_dispatcher *d;
-    srv_context *ctx;
-    nng_socket sock;
-    bool sock_open;
-    nng_tls_config *tls;
-    transport_listener listeners[SRV_TRANSPORT_MAX_LISTENERS];
-    size_t n_listeners;
-    transport_worker *workers;
-    int n_workers;
-    nng_duration send_timeout_ms;
-    pthread_mutex_t mtx;
-    bool stopping;
-    bool started;
-    int late_replies; /* under mtx: replies sent after stop began */
-};
-
-static void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
-{
-    if (t->ctx == NULL || t->ctx->engine_cfg.log == NULL)
-        return;
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, level, buf);
-}
 
 static const char *transport_kind(const char *url)
 {
@@ -112,12 +110,35 @@ static const char *transport_kind(const char *url)
     return NULL;
 }
 
-/* Read a whole PEM file (bounded) into a NUL-terminated buffer the caller wipes and frees. */
-static bf_err transport_read_pem(const char *path, char **out)
+static transport_group *transport_group_of(srv_transport *t, const char *kind)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
+    return &t->groups[strcmp(kind, "ipc") == 0 ? 0 : 1];
+}
+
+/* ---- tls ----------------------------------------------------------------------------------- */
+
+/* Read a whole PEM file (bounded) into a NUL-terminated buffer the caller wipes and frees.
+ * With private set, the file must not be readable by group or others (checked on the open
+ * descriptor): BF_ERR_PERMISSION_DENIED. */
+static bf_err transport_read_pem(const char *path, bool private, char **out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return errno == ENOENT ? BF_ERR_NOT_FOUND : BF_ERR_IO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return BF_ERR_IO;
+    }
+    if (private && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+        close(fd);
+        return BF_ERR_PERMISSION_DENIED;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return BF_ERR_IO;
+    }
     char *buf = malloc(TRANSPORT_PEM_MAX + 1);
     if (buf == NULL) {
         fclose(f);
@@ -144,39 +165,64 @@ static void transport_free_pem(char *pem)
     free(pem);
 }
 
-/* Server TLS configuration from a certificate (chain) and key. Clients are not asked for a
- * certificate: they authenticate with capability tokens. */
+/* Server TLS configuration from a certificate (chain) and key, in one file or two. The file
+ * holding the key must be private to its owner. Clients are not asked for a certificate: they
+ * authenticate with capability tokens. */
 static bf_err transport_tls_new(srv_transport *t, const srv_transport_config *cfg, char *diag,
                                 size_t diag_len)
 {
     if (cfg->tls_cert_file == NULL || cfg->tls_cert_file[0] == '\0')
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "a tls+tcp listener needs a certificate and key");
-    int rv = nng_tls_config_alloc(&t->tls, NNG_TLS_MODE_SERVER);
-    if (rv != 0)
-        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not set up tls: %s",
-                           nng_strerror(rv));
-    if (cfg->tls_key_file == NULL || strcmp(cfg->tls_key_file, cfg->tls_cert_file) == 0) {
-        rv = nng_tls_config_cert_key_file(t->tls, cfg->tls_cert_file, NULL);
-    } else {
-        char *cert = NULL, *key = NULL;
-        bf_err err = transport_read_pem(cfg->tls_cert_file, &cert);
-        if (err == BF_OK)
-            err = transport_read_pem(cfg->tls_key_file, &key);
-        if (err != BF_OK) {
-            transport_free_pem(cert);
-            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                               "could not read the tls certificate or key: %s", bf_err_str(err));
-        }
-        rv = nng_tls_config_own_cert(t->tls, cert, key, NULL);
-        transport_free_pem(cert);
+    bool one_file = cfg->tls_key_file == NULL || strcmp(cfg->tls_key_file, cfg->tls_cert_file) == 0;
+    const char *key_file = one_file ? cfg->tls_cert_file : cfg->tls_key_file;
+    char *cert = NULL, *key = NULL;
+    bf_err err = transport_read_pem(key_file, true, &key);
+    if (err == BF_OK && !one_file)
+        err = transport_read_pem(cfg->tls_cert_file, false, &cert);
+    if (err == BF_ERR_PERMISSION_DENIED)
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "tls key file %s is accessible by group or others (chmod go-rwx)",
+                           key_file);
+    if (err != BF_OK) {
         transport_free_pem(key);
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "could not read the tls certificate or key: %s", bf_err_str(err));
     }
+    int rv = nng_tls_config_alloc(&t->tls, NNG_TLS_MODE_SERVER);
+    if (rv == 0)
+        rv = nng_tls_config_own_cert(t->tls, one_file ? key : cert, key, NULL);
+    transport_free_pem(cert);
+    transport_free_pem(key);
     if (rv == 0)
         rv = nng_tls_config_auth_mode(t->tls, NNG_TLS_AUTH_MODE_NONE);
     if (rv != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "could not load the tls certificate and key: %s", nng_strerror(rv));
+    return BF_OK;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+static bf_err transport_group_open(srv_transport *t, transport_group *g, char *diag,
+                                   size_t diag_len)
+{
+    if (g->sock_open)
+        return BF_OK;
+    int rv = nng_rep0_open(&g->sock);
+    if (rv != 0)
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
+                           nng_strerror(rv));
+    g->sock_open = true;
+    rv = nng_socket_set_size(g->sock, NNG_OPT_RECVMAXSZ,
+                             (size_t)SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK);
+    if (rv == 0)
+        rv = nng_pipe_notify(g->sock, NNG_PIPE_EV_ADD_PRE, transport_pipe_event, t);
+    if (rv == 0)
+        rv = nng_pipe_notify(g->sock, NNG_PIPE_EV_REM_POST, transport_pipe_event, t);
+    if (rv != 0)
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not configure socket: %s",
+                           nng_strerror(rv));
     return BF_OK;
 }
 
@@ -189,12 +235,17 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "unsupported listener url (use ipc://, tcp:// or tls+tcp://)");
     snprintf(tl->url, sizeof tl->url, "%s", url);
-    int rv = nng_listener_create(&tl->listener, t->sock, url);
+    transport_group *g = transport_group_of(t, tl->kind);
+    bf_err err = transport_group_open(t, g, diag, diag_len);
+    if (err != BF_OK)
+        return err;
+    int rv = nng_listener_create(&tl->listener, g->sock, url);
     if (rv != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT, "invalid listener url %s: %s",
                            url, nng_strerror(rv));
     tl->created = true;
     t->n_listeners++;
+    g->n_listeners++;
     if (strcmp(tl->kind, "ipc") == 0)
         rv = nng_listener_set_int(tl->listener, NNG_OPT_IPC_PERMISSIONS, ipc_mode);
     else if (strcmp(tl->kind, "tls") == 0)
@@ -210,7 +261,9 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
 {
     if (out == NULL || d == NULL || ctx == NULL || cfg == NULL || cfg->urls == NULL ||
         cfg->n_urls == 0 || cfg->n_urls > SRV_TRANSPORT_MAX_LISTENERS || cfg->threads < 0 ||
-        cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0)
+        cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0 ||
+        cfg->max_conns < 0 || cfg->max_conns > SRV_CONNS_MAX_PER_LISTENER ||
+        cfg->max_conns_per_peer < 0 || cfg->max_conns_per_peer > SRV_CONNS_MAX_PER_LISTENER)
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "invalid transport configuration");
     int ipc_mode = cfg->ipc_mode ? cfg->ipc_mode : 0600;
@@ -222,22 +275,26 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
         return BF_ERR_NOMEM;
     t->d = d;
     t->ctx = ctx;
-    t->n_workers = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
-    t->send_timeout_ms = cfg->send_timeout_ms ? cfg->send_timeout_ms : TRANSPORT_SEND_TIMEOUT_MS;
+    t->threads = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
+    t->send_timeout_ms =
+        cfg->send_timeout_ms ? cfg->send_timeout_ms : SRV_TRANSPORT_SEND_TIMEOUT_MS;
+    t->max_conns = cfg->max_conns ? cfg->max_conns : SRV_TRANSPORT_MAX_CONNS;
+    t->max_conns_per_peer =
+        cfg->max_conns_per_peer ? cfg->max_conns_per_peer : SRV_TRANSPORT_MAX_CONNS_PER_PEER;
+    t->on_wedged = cfg->on_wedged;
+    t->on_wedged_arg = cfg->on_wedged_arg;
+    t->groups[0].name = "ipc";
+    t->groups[1].name = "network";
     pthread_mutex_init(&t->mtx, NULL);
-    bf_err err = BF_OK;
-    int rv = nng_rep0_open(&t->sock);
-    if (rv != 0) {
-        err = bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not open socket: %s",
-                          nng_strerror(rv));
-        goto fail;
-    }
-    t->sock_open = true;
-    rv = nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ,
-                             (size_t)SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK);
-    if (rv != 0) {
-        err = bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not cap receive size: %s",
-                          nng_strerror(rv));
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    /* before any socket exists: nng's pipe notifications use the table */
+    bf_err err = srv_conns_new(&t->conns, cfg->n_urls, t->max_conns, t->max_conns_per_peer);
+    if (err != BF_OK) {
+        bf_diag_set(diag, diag_len, err, "could not set up connection accounting");
         goto fail;
     }
     for (size_t i = 0; i < cfg->n_urls; i++) {
@@ -258,102 +315,68 @@ fail:
     return err;
 }
 
-/* Which listener a request came through, and the ipc peer uid. */
-static void transport_peer(const srv_transport *t, nng_msg *msg, srv_peer *peer)
+/* An ipc:// path may be absent or a socket (nng replaces a stale one, refuses a live one);
+ * anything else would be deleted and replaced by nng, and removed again at stop. */
+static bf_err transport_ipc_path_check(const transport_listener *tl, char *diag, size_t diag_len)
 {
-    memset(peer, 0, sizeof *peer);
-    peer->listener = "unknown";
-    nng_pipe pipe = nng_msg_get_pipe(msg);
-    int id = nng_listener_id(nng_pipe_listener(pipe));
-    for (size_t i = 0; i < t->n_listeners; i++) {
-        if (id > 0 && nng_listener_id(t->listeners[i].listener) == id) {
-            peer->listener = t->listeners[i].kind;
-            break;
-        }
-    }
-    uint64_t uid = 0;
-    if (strcmp(peer->listener, "ipc") == 0 &&
-        nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
-        peer->has_uid = true;
-        peer->uid = (uint32_t)uid;
-    }
-    /* tcp/tls: the remote IP (no port: a new connection is the same peer), for the audit */
-    nng_sockaddr sa;
-    if (strcmp(peer->listener, "ipc") != 0 && nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) == 0) {
-        if (sa.s_family == NNG_AF_INET)
-            inet_ntop(AF_INET, &sa.s_in.sa_addr, peer->addr, sizeof peer->addr);
-        else if (sa.s_family == NNG_AF_INET6)
-            inet_ntop(AF_INET6, sa.s_in6.sa_addr, peer->addr, sizeof peer->addr);
-    }
+    const char *path = tl->url + strlen("ipc://");
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return BF_OK; /* absent (or unreachable): nng's bind reports it */
+    if (S_ISSOCK(st.st_mode))
+        return BF_OK;
+    return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                       "cannot listen on %s: the path exists and is not a socket", tl->url);
 }
 
-/* Handle one received message and send the reply on the worker's context. */
-static void transport_serve(transport_worker *w, nng_msg *msg)
+/* The pool of a socket: a slot per thread to receive on, and for the replies that may wait
+ * for their peers: SRV_TRANSPORT_IN_FLIGHT per connection the socket's listeners admit, up to
+ * TRANSPORT_SLOTS_MAX. Beyond that, threads wait for a slot (each wait ends within the send
+ * timeout). */
+static bf_err transport_group_start(srv_transport *t, transport_group *g, char *diag,
+                                    size_t diag_len)
 {
-    srv_transport *t = w->t;
-    int64_t received_us = srv_now_us();
-    srv_peer peer;
-    transport_peer(t, msg, &peer);
-    uint8_t *out = NULL;
-    size_t out_len = 0;
-    bf_err err = srv_dispatch(t->d, &w->session, &peer, nng_msg_body(msg), nng_msg_len(msg),
-                              received_us, &out, &out_len);
-    nng_msg_clear(msg);
-    if (err != BF_OK || nng_msg_append(msg, out, out_len) != 0) {
-        transport_log(t, BF_LOG_ERROR, "could not answer a request: %s",
-                      err != BF_OK ? bf_err_str(err) : "out of memory");
-        free(out);
-        nng_msg_free(msg);
-        return;
-    }
-    free(out);
-    nng_aio_set_msg(w->aio, msg);
-    nng_aio_set_timeout(w->aio, t->send_timeout_ms);
-    nng_ctx_send(w->ctx, w->aio);
-    nng_aio_wait(w->aio);
-    int rv = nng_aio_result(w->aio);
-    if (rv != 0) {
-        nng_msg_free(msg);
-        if (rv != NNG_ECLOSED)
-            transport_log(t, BF_LOG_WARN, "could not send a reply: %s", nng_strerror(rv));
-        return;
-    }
-    pthread_mutex_lock(&t->mtx);
-    if (t->stopping)
-        t->late_replies++;
-    pthread_mutex_unlock(&t->mtx);
-}
-
-static void *transport_worker_main(void *arg)
-{
-    transport_worker *w = arg;
-    srv_transport *t = w->t;
-    for (;;) {
-        pthread_mutex_lock(&t->mtx);
-        bool stop = t->stopping;
-        if (!stop)
-            w->receiving = true;
-        pthread_mutex_unlock(&t->mtx);
-        if (stop)
-            break;
-        nng_aio_set_timeout(w->aio, NNG_DURATION_INFINITE);
-        nng_ctx_recv(w->ctx, w->aio);
-        nng_aio_wait(w->aio);
-        pthread_mutex_lock(&t->mtx);
-        w->receiving = false;
-        pthread_mutex_unlock(&t->mtx);
-        int rv = nng_aio_result(w->aio);
-        if (rv == NNG_ECLOSED)
-            break;
-        if (rv != 0) {
-            transport_log(t, BF_LOG_WARN, "receive failed: %s", nng_strerror(rv));
-            continue;
+    if (!g->sock_open)
+        return BF_OK;
+    long waiting = (long)SRV_TRANSPORT_IN_FLIGHT * t->max_conns * (long)g->n_listeners;
+    g->n_slots = t->threads + (int)(waiting < TRANSPORT_SLOTS_MAX ? waiting : TRANSPORT_SLOTS_MAX);
+    g->slots = calloc((size_t)g->n_slots, sizeof *g->slots);
+    g->workers = calloc((size_t)t->threads, sizeof *g->workers);
+    if (g->slots == NULL || g->workers == NULL)
+        return BF_ERR_NOMEM;
+    for (int i = 0; i < g->n_slots; i++) {
+        transport_slot *slot = &g->slots[i];
+        slot->t = t;
+        slot->group = g;
+        int rv = nng_ctx_open(&slot->ctx, g->sock);
+        if (rv == 0) {
+            slot->ctx_open = true;
+            rv = nng_aio_alloc(&slot->send_aio, transport_sent, slot);
         }
-        transport_serve(w, nng_aio_get_msg(w->aio));
+        if (rv != 0)
+            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
+                               "could not set up request context: %s", nng_strerror(rv));
+        slot->next_free = g->free_slots;
+        g->free_slots = slot;
     }
-    bf_engine_close(w->session.engine);
-    w->session.engine = NULL;
-    return NULL;
+    g->n_workers = t->threads;
+    for (int i = 0; i < g->n_workers; i++) {
+        transport_worker *w = &g->workers[i];
+        w->t = t;
+        w->group = g;
+        w->session.ctx = t->ctx;
+        int rv = nng_aio_alloc(&w->aio, NULL, NULL);
+        if (rv != 0)
+            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
+                               "could not set up request context: %s", nng_strerror(rv));
+    }
+    for (int i = 0; i < g->n_workers; i++) {
+        transport_worker *w = &g->workers[i];
+        if (pthread_create(&w->thread, NULL, transport_worker_main, w) != 0)
+            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start request thread");
+        w->thread_started = true;
+    }
+    return BF_OK;
 }
 
 bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
@@ -361,35 +384,29 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
     if (t == NULL || t->started)
         return BF_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < t->n_listeners; i++) {
-        int rv = nng_listener_start(t->listeners[i].listener, 0);
+        transport_listener *tl = &t->listeners[i];
+        if (strcmp(tl->kind, "ipc") == 0) {
+            bf_err err = transport_ipc_path_check(tl, diag, diag_len);
+            if (err != BF_OK)
+                return err;
+        }
+        int rv = nng_listener_start(tl->listener, 0);
         if (rv != 0)
             return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
-                               t->listeners[i].url, nng_strerror(rv));
-        t->listeners[i].started = true;
-    }
-    t->workers = calloc((size_t)t->n_workers, sizeof *t->workers);
-    if (t->workers == NULL)
-        return BF_ERR_NOMEM;
-    for (int i = 0; i < t->n_workers; i++) {
-        transport_worker *w = &t->workers[i];
-        w->t = t;
-        w->session.ctx = t->ctx;
-        int rv = nng_ctx_open(&w->ctx, t->sock);
-        if (rv == 0) {
-            w->ctx_open = true;
-            rv = nng_aio_alloc(&w->aio, NULL, NULL);
-        }
-        if (rv != 0)
-            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
-                               "could not set up request context: %s", nng_strerror(rv));
+                               tl->url, nng_strerror(rv));
+        tl->started = true;
     }
     t->started = true;
-    for (int i = 0; i < t->n_workers; i++) {
-        transport_worker *w = &t->workers[i];
-        if (pthread_create(&w->thread, NULL, transport_worker_main, w) != 0)
-            return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start request thread");
-        w->thread_started = true;
+    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+        bf_err err = transport_group_start(t, &t->groups[g], diag, diag_len);
+        if (err != BF_OK)
+            return err;
     }
+    if (srv_canary_new(&t->canary) != BF_OK)
+        transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
+    if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the sweeper thread");
+    t->sweeper_started = true;
     return BF_OK;
 }
 
@@ -407,37 +424,166 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
     return BF_OK;
 }
 
+/* ---- stop ---------------------------------------------------------------------------------- */
+
+/* Closes sockets on its own thread, so stop can stop waiting for it. Freed by stop when the
+ * close finished in time, else by this thread when (if ever) it does. */
+typedef struct transport_closer {
+    nng_socket socks[TRANSPORT_GROUPS];
+    int n;
+    srv_canary *canary; /* closing its sockets needs the reaper too */
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool done, abandoned;
+} transport_closer;
+
+static void transport_closer_free(transport_closer *c)
+{
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->mtx);
+    free(c);
+}
+
+static void *transport_closer_main(void *arg)
+{
+    transport_closer *c = arg;
+    for (int i = 0; i < c->n; i++)
+        nng_close(c->socks[i]); /* closes the listeners and their connections */
+    srv_canary_free(c->canary);
+    pthread_mutex_lock(&c->mtx);
+    c->done = true;
+    bool orphan = c->abandoned;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->mtx);
+    if (orphan)
+        transport_closer_free(c);
+    return NULL;
+}
+
+/* Close every open socket within SRV_TRANSPORT_CLOSE_BOUND_MS; false when it did not finish. */
+static bool transport_close_sockets(srv_transport *t)
+{
+    transport_closer *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return false; /* leave them: the process is stopping */
+    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+        if (t->groups[g].sock_open) {
+            c->socks[c->n++] = t->groups[g].sock;
+            t->groups[g].sock_open = false;
+        }
+    }
+    c->canary = t->canary;
+    t->canary = NULL;
+    pthread_mutex_init(&c->mtx, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
+        for (int i = 0; i < c->n; i++)
+            nng_close(c->socks[i]);
+        srv_canary_free(c->canary);
+        transport_closer_free(c);
+        return true;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += SRV_TRANSPORT_CLOSE_BOUND_MS / 1000;
+    until.tv_nsec += (long)(SRV_TRANSPORT_CLOSE_BOUND_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->mtx);
+    while (!c->done && pthread_cond_timedwait(&c->cond, &c->mtx, &until) != ETIMEDOUT)
+        ;
+    bool done = c->done;
+    if (!done)
+        c->abandoned = true;
+    pthread_mutex_unlock(&c->mtx);
+    if (done) {
+        pthread_join(thread, NULL);
+        transport_closer_free(c);
+    } else {
+        pthread_detach(thread);
+    }
+    return done;
+}
+
+/* Wait until no reply is in flight; each ends within the send timeout, so the bound is only
+ * reached when nng does not complete a send at all. false then. */
+static bool transport_wait_sends(srv_transport *t)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long ms = (long)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS;
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&t->mtx);
+    while (t->groups[0].sending + t->groups[1].sending > 0 &&
+           pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
+        ;
+    bool done = t->groups[0].sending + t->groups[1].sending == 0;
+    pthread_mutex_unlock(&t->mtx);
+    return done;
+}
+
 void srv_transport_stop(srv_transport *t)
 {
-    if (t == NULL)
+    if (t == NULL || t->stopped)
         return;
+    t->stopped = true;
     pthread_mutex_lock(&t->mtx);
     t->stopping = true;
-    for (int i = 0; t->workers != NULL && i < t->n_workers; i++) {
-        transport_worker *w = &t->workers[i];
-        if (w->receiving && w->ctx_open) {
-            nng_ctx_close(w->ctx);
-            w->ctx_open = false;
+    pthread_cond_broadcast(&t->cond);
+    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+        for (int i = 0; i < t->groups[g].n_workers; i++) {
+            transport_slot *slot = t->groups[g].workers[i].receiving;
+            if (slot != NULL && slot->ctx_open) {
+                nng_ctx_close(slot->ctx); /* its recv fails with NNG_ECLOSED */
+                slot->ctx_open = false;
+            }
         }
     }
     pthread_mutex_unlock(&t->mtx);
-    for (int i = 0; t->workers != NULL && i < t->n_workers; i++) {
-        transport_worker *w = &t->workers[i];
-        if (w->thread_started) {
-            pthread_join(w->thread, NULL);
-            w->thread_started = false;
+    if (t->sweeper_started) {
+        pthread_join(t->sweeper, NULL);
+        t->sweeper_started = false;
+    }
+    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+        for (int i = 0; i < t->groups[g].n_workers; i++) {
+            transport_worker *w = &t->groups[g].workers[i];
+            if (w->thread_started) {
+                pthread_join(w->thread, NULL);
+                w->thread_started = false;
+            }
+            nng_aio_free(w->aio);
+            w->aio = NULL;
+            bf_engine_close(w->session.engine);
+            w->session.engine = NULL;
         }
     }
-    for (int i = 0; t->workers != NULL && i < t->n_workers; i++) {
-        transport_worker *w = &t->workers[i];
-        if (w->ctx_open) {
-            nng_ctx_close(w->ctx);
-            w->ctx_open = false;
+    /* the replies of requests that finished: each is handed over or dropped within the send
+     * timeout */
+    bool sends_done = transport_wait_sends(t);
+    if (sends_done) {
+        for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+            for (int i = 0; i < t->groups[g].n_slots; i++) {
+                transport_slot *slot = &t->groups[g].slots[i];
+                if (slot->ctx_open) {
+                    nng_ctx_close(slot->ctx);
+                    slot->ctx_open = false;
+                }
+                nng_aio_free(slot->send_aio);
+                slot->send_aio = NULL;
+            }
         }
-        nng_aio_free(w->aio);
-        w->aio = NULL;
-        bf_engine_close(w->session.engine);
-        w->session.engine = NULL;
     }
     /* a reply handed to nng is written by its pipe after the send completes: give the replies
      * of requests that finished during stop a moment on the wire before the pipes close */
@@ -445,22 +591,46 @@ void srv_transport_stop(srv_transport *t)
     bool linger = t->late_replies > 0;
     t->late_replies = 0;
     pthread_mutex_unlock(&t->mtx);
-    if (linger && t->sock_open)
-        nng_msleep(TRANSPORT_LINGER_MS);
-    if (t->sock_open) {
-        nng_close(t->sock); /* closes the listeners and their connections */
-        t->sock_open = false;
+    if (linger)
+        nng_msleep(SRV_TRANSPORT_LINGER_MS);
+    if (!sends_done || !transport_close_sockets(t)) {
+        t->abandoned = true;
+        transport_log(t, BF_LOG_ERROR,
+                      "the listeners did not close within %d ms (a connection is stuck in nng); "
+                      "stopping without them",
+                      sends_done ? SRV_TRANSPORT_CLOSE_BOUND_MS
+                                 : (int)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS);
     }
 }
+
+/* Transports whose sockets were abandoned: nng's threads may still call back into them, so
+ * their memory stays allocated (and reachable) until the process exits. */
+static srv_transport *transport_abandoned;
+static pthread_mutex_t transport_abandoned_mtx = PTHREAD_MUTEX_INITIALIZER;
 
 void srv_transport_free(srv_transport *t)
 {
     if (t == NULL)
         return;
     srv_transport_stop(t);
-    free(t->workers);
+    if (t->abandoned) {
+        pthread_mutex_lock(&t->mtx);
+        t->ctx = NULL; /* the context may not outlive this call: log no more */
+        pthread_mutex_unlock(&t->mtx);
+        pthread_mutex_lock(&transport_abandoned_mtx);
+        t->next_abandoned = transport_abandoned;
+        transport_abandoned = t;
+        pthread_mutex_unlock(&transport_abandoned_mtx);
+        return;
+    }
+    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
+        free(t->groups[g].workers);
+        free(t->groups[g].slots);
+    }
     if (t->tls != NULL)
         nng_tls_config_free(t->tls);
+    srv_conns_free(t->conns);
+    pthread_cond_destroy(&t->cond);
     pthread_mutex_destroy(&t->mtx);
     free(t);
 }

@@ -22,6 +22,8 @@
  *   cannot see.
  * - test_audit_shows_coalesced_rows: audit_times(); without it a row standing for thousands of
  *   refused attempts reads like one.
+ * - test_request_id_is_hex_only: parse_request_id() accepting exactly 32 hex digits; with the
+ *   sscanf("%2x") it replaced, signs ("+f", "-1") and "0x" prefixes made request IDs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -566,6 +568,38 @@ static void test_audit_shows_coalesced_rows(void **state)
     ctl_free(&r);
 }
 
+/* --request-id takes 32 hex digits and nothing else; a usage error names the rule. */
+static void test_request_id_is_hex_only(void **state)
+{
+    (void)state;
+    char url[128];
+    snprintf(url, sizeof url, "ipc://%s/nobody-listens", dir);
+    static const char *const bad[] = {
+        "+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f", /* a sign per byte */
+        "-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1", /* a negative byte */
+        "0x0x0x0x0x0x0x0x0x0x0x0x0x0x0x0x", /* prefixes */
+        " 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1", /* spaces */
+        "gggggggggggggggggggggggggggggggg", /* not hex */
+        "0123456789abcdef0123456789abcde",  /* 31 digits */
+        "0123456789abcdef0123456789abcdef0" /* 33 digits */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[] = {"--url", url, "--request-id", bad[i], "pause", "b1", NULL};
+        ctl_run r;
+        ctl_run_all(&r, args);
+        if (r.status != 2 || strstr(r.err, "--request-id needs exactly 32 hex digits") == NULL)
+            fail_msg("case %zu: exit %d, stderr: %s", i, r.status, r.err);
+        ctl_free(&r);
+    }
+    /* upper and lower case are accepted: the call goes on to the (absent) server */
+    const char *args[] = {"--url", url, "--request-id", "0123456789ABCDEF0123456789abcdef", "pause",
+                          "b1",    NULL};
+    ctl_run r;
+    ctl_run_all(&r, args);
+    assert_int_equal(r.status, 6);
+    ctl_free(&r);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -595,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_usage_errors_need_no_server),
         cmocka_unit_test(test_bad_token_sources_are_errors),
         cmocka_unit_test(test_audit_shows_coalesced_rows),
+        cmocka_unit_test(test_request_id_is_hex_only),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -4,6 +4,20 @@
  * comments, unknown keys and malformed lines reported with file:line, invalid values reported
  * with their origin and never echoed, validation per command, and the redaction of the
  * database password in check-config output (through the real binary as well as the function).
+ *
+ * What run would fail on, caught by check-config and refused by run alike (through the real
+ * binary; each names the key and its origin, never the value):
+ * - test_listen_port_range: config_check_listen_entry(): a port outside 1..65535 (99999).
+ * - test_listen_host_resolves: config_check_host() (srv_config_check_environment): a host that
+ *   does not resolve.
+ * - test_ipc_directory_exists: config_check_ipc_path(): an ipc path in a missing directory.
+ * - test_ipc_path_not_a_regular_file: config_check_ipc_path(): an ipc path naming a regular
+ *   file, which nng would delete and replace by a socket (the file survives run here).
+ * - test_database_url_port: config_check_database_url(): a non-numeric port, in URL and
+ *   keyword form, and an unparsable conninfo; the password is never printed.
+ * - test_audience_control_characters: bft_name_valid() in config_validate().
+ * - test_key_file_modes: config_check_file(): trusted keys or revocations writable by group or
+ *   others, a TLS key file accessible by group or others.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -289,7 +304,9 @@ static void test_redact_conninfo(void **state)
 static int run_daemon(char *out, size_t cap, const char *args)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "env -i PATH=/usr/bin:/bin '%s' %s 2>&1", BUZZ_BACKFILLD_PATH, args);
+    /* bounded: a run that is wrongly not refused would serve until killed */
+    snprintf(cmd, sizeof cmd, "env -i PATH=/usr/bin:/bin timeout 20 '%s' %s 2>&1",
+             BUZZ_BACKFILLD_PATH, args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, cap - 1, p);
@@ -338,13 +355,36 @@ static void test_check_config_binary_redacts(void **state)
     assert_non_null(strstr(out, ":4: threads must be an integer"));
 }
 
+/* A file of the given mode in tmpdir; returns its path (static buffer). */
+static const char *write_file_mode(const char *name, const char *text, mode_t mode)
+{
+    const char *path = write_conf(name, text);
+    assert_int_equal(chmod(path, mode), 0);
+    return path;
+}
+
+/* The sample names a production host's paths: check-config says which is missing there, and
+ * accepts the sample once they exist (given by flags, which override the file). */
 static void test_sample_configuration_is_valid(void **state)
 {
-    char out[8192];
+    static char out[8192];
+    char args[1024];
     assert_int_equal(run_daemon(out, sizeof out,
                                 "check-config -c '" BUZZ_SOURCE_DIR
                                 "/examples/buzz-backfilld.conf'"),
-                     0);
+                     1);
+    assert_non_null(strstr(out, "listen entry 1: the directory of the ipc path does not exist"));
+    char keys[160], revoked[160], tls[160];
+    snprintf(keys, sizeof keys, "%s", write_file_mode("sample.pub", "", 0644));
+    snprintf(revoked, sizeof revoked, "%s", write_file_mode("sample.revoked", "", 0644));
+    snprintf(tls, sizeof tls, "%s", write_file_mode("sample.pem", "", 0600));
+    snprintf(args, sizeof args,
+             "check-config -c '" BUZZ_SOURCE_DIR "/examples/buzz-backfilld.conf' --listen "
+             "'ipc://%s/admin.sock, tls+tcp://0.0.0.0:7401' --trusted-keys-file '%s' "
+             "--revoked-tokens-file '%s' --tls-cert-key-file '%s'",
+             tmpdir, keys, revoked, tls);
+    if (run_daemon(out, sizeof out, args) != 0)
+        fail_msg("check-config of the sample: %s", out);
     assert_non_null(strstr(out, "auto_backfill = on"));
 }
 
@@ -371,6 +411,8 @@ static void test_help_documents_every_key(void **state)
         "step_batches",
         "request_retention_s",
         "ipc_socket_mode",
+        "max_connections",
+        "max_connections_per_peer",
         "log_level",
     };
     assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
@@ -393,6 +435,199 @@ static void test_help_documents_every_key(void **state)
     assert_non_null(strstr(out, "SIGHUP"));
 }
 
+/* ---- what run would fail on ------------------------------------------------------------- */
+
+/* check-config and run of one configuration file, both refused (exit 1) with reason and the
+ * origin of the value ("file <path>:<line>") in their output, and never printing secret. */
+static void refused_by_both(const char *conf_text, const char *reason, const char *secret)
+{
+    const char *path = write_conf("refused.conf", conf_text);
+    char args[1024], origin[200];
+    static char out[8192];
+    snprintf(origin, sizeof origin, "file %s:", path);
+    const char *commands[] = {"check-config", "run"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "%s -c '%s'", commands[i], path);
+        int rc = run_daemon(out, sizeof out, args);
+        if (rc != 1 || strstr(out, reason) == NULL)
+            fail_msg("%s: exit %d (want 1 and \"%s\"): %s", commands[i], rc, reason, out);
+        if (strstr(out, origin) == NULL)
+            fail_msg("%s: the reason does not name the origin %s: %s", commands[i], origin, out);
+        if (secret != NULL && strstr(out, secret) != NULL)
+            fail_msg("%s printed a secret: %s", commands[i], out);
+    }
+}
+
+/* A configuration with a secret in its database URL, the ipc boundary and line appended. */
+static const char *conf_with(const char *line)
+{
+    static char text[1024];
+    snprintf(text, sizeof text,
+             "database_url = 'postgresql://app:Hunter2xyz@127.0.0.1:1/relay'\n"
+             "ipc_boundary = on\n"
+             "token_audience = aud\n"
+             "%s\n",
+             line);
+    return text;
+}
+
+static void test_listen_port_range(void **state)
+{
+    (void)state;
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock, tcp://127.0.0.1:99999'\n"
+                              "trusted_keys_file = /nonexistent"),
+                    "listen entry 2: port must be a number from 1 to 65535", "Hunter2xyz");
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock, tcp://127.0.0.1:7x'\n"
+                              "trusted_keys_file = /nonexistent"),
+                    "listen entry 2: port must be a number from 1 to 65535", NULL);
+    refused_by_both(conf_with("listen = 'tcp://127.0.0.1'\ntrusted_keys_file = /nonexistent"),
+                    "listen entry 1: expected host:port", NULL);
+}
+
+static void test_listen_host_resolves(void **state)
+{
+    (void)state;
+    char keys[160];
+    snprintf(keys, sizeof keys, "%s", write_file_mode("host.pub", "", 0644));
+    char line[400];
+    snprintf(line, sizeof line,
+             "listen = 'tcp://no-such-host.invalid:7400'\ntrusted_keys_file = '%s'", keys);
+    refused_by_both(conf_with(line), "listen entry 1: the host does not resolve", "Hunter2xyz");
+}
+
+static void test_ipc_directory_exists(void **state)
+{
+    (void)state;
+    char line[300];
+    snprintf(line, sizeof line, "listen = 'ipc://%s/no-such-dir/admin.sock'", tmpdir);
+    refused_by_both(conf_with(line), "listen entry 1: the directory of the ipc path does not exist",
+                    "Hunter2xyz");
+}
+
+/* nng replaces whatever the ipc path names with its socket and deletes it at stop. */
+static void test_ipc_path_not_a_regular_file(void **state)
+{
+    (void)state;
+    const char *victim = write_file_mode("precious.txt", "keep me\n", 0644);
+    char path[160], line[300];
+    snprintf(path, sizeof path, "%s", victim);
+    snprintf(line, sizeof line, "listen = 'ipc://%s'", path);
+    refused_by_both(conf_with(line), "listen entry 1: the ipc path exists and is not a socket",
+                    NULL);
+    /* a directory and a symbolic link are refused alike */
+    char link[160];
+    snprintf(link, sizeof link, "%s/link.sock", tmpdir);
+    assert_int_equal(symlink(path, link), 0);
+    snprintf(line, sizeof line, "listen = 'ipc://%s'", link);
+    refused_by_both(conf_with(line), "the ipc path exists and is not a socket", NULL);
+    snprintf(line, sizeof line, "listen = 'ipc://%s'", tmpdir);
+    refused_by_both(conf_with(line), "the ipc path exists and is not a socket", NULL);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char text[32] = "";
+    assert_non_null(fgets(text, sizeof text, f));
+    fclose(f);
+    assert_string_equal(text, "keep me\n");
+}
+
+static void test_database_url_port(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {
+        "postgresql://app:Hunter2xyz@db:54x2/relay",
+        "postgresql://app:Hunter2xyz@db:5432,db2:abc/relay",
+        "postgresql://app@db/relay?password=Hunter2xyz&port=five",
+        "host=db password=Hunter2xyz port=5432x",
+        "host=db port=99999 password=Hunter2xyz",
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        char text[600];
+        snprintf(text, sizeof text,
+                 "database_url = '%s'\nlisten = 'ipc:///tmp/x.sock'\nipc_boundary = on\n", urls[i]);
+        refused_by_both(text, "database_url: each port must be a number from 1 to 65535",
+                        "Hunter2xyz");
+    }
+    refused_by_both("database_url = \"host='Hunter2xyz\"\nlisten = 'ipc:///tmp/x.sock'\n"
+                    "ipc_boundary = on\n",
+                    "database_url is not a valid libpq URL or conninfo", "Hunter2xyz");
+    /* several hosts with their ports are fine */
+    const char *path = write_conf("ports.conf", "database_url = 'postgresql://db:5432,db2:5433/x'\n"
+                                                "listen = 'ipc:///tmp/x.sock'\n"
+                                                "ipc_boundary = on\n");
+    char args[300];
+    static char out[8192];
+    snprintf(args, sizeof args, "check-config -c '%s'", path);
+    if (run_daemon(out, sizeof out, args) != 0)
+        fail_msg("a list of ports was refused: %s", out);
+}
+
+static void test_audience_control_characters(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"relay\tprod", "relay\x7f"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char line[200];
+        snprintf(line, sizeof line, "listen = 'ipc:///tmp/x.sock'\ntoken_audience = \"%s\"",
+                 values[i]);
+        refused_by_both(conf_with(line),
+                        "token_audience must be 1 to 127 bytes without control characters", NULL);
+    }
+    /* from the environment, with a newline in it */
+    const char *path = write_conf("aud.conf", "database_url = 'postgresql://db/x'\n"
+                                              "listen = 'ipc:///tmp/x.sock'\n"
+                                              "ipc_boundary = on\n");
+    char cmd[700];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd,
+             "env -i PATH=/usr/bin:/bin BUZZ_BACKFILL_TOKEN_AUDIENCE=\"$(printf 'a\\nb')\" "
+             "'%s' check-config -c '%s' 2>&1",
+             BUZZ_BACKFILLD_PATH, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    assert_non_null(strstr(out, "environment BUZZ_BACKFILL_TOKEN_AUDIENCE: token_audience must"));
+}
+
+static void test_key_file_modes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        mode_t mode;
+        const char *reason;
+    } cases[] = {
+        {"trusted_keys_file", 0664, "trusted_keys_file: the file is writable by group or others"},
+        {"trusted_keys_file", 0646, "trusted_keys_file: the file is writable by group or others"},
+        {"revoked_tokens_file", 0620,
+         "revoked_tokens_file: the file is writable by group or others"},
+        {"revoked_tokens_file", 0602,
+         "revoked_tokens_file: the file is writable by group or others"},
+        {"tls_cert_key_file", 0640, "tls_cert_key_file: the file is accessible by group or others"},
+        {"tls_cert_key_file", 0604, "tls_cert_key_file: the file is accessible by group or others"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char keys[160], revoked[160], tls[160], text[1200];
+        snprintf(keys, sizeof keys, "%s", write_file_mode("m.pub", "", 0644));
+        snprintf(revoked, sizeof revoked, "%s", write_file_mode("m.revoked", "", 0600));
+        snprintf(tls, sizeof tls, "%s", write_file_mode("m.pem", "", 0600));
+        const char *victim = strcmp(cases[i].key, "trusted_keys_file") == 0     ? keys
+                             : strcmp(cases[i].key, "revoked_tokens_file") == 0 ? revoked
+                                                                                : tls;
+        assert_int_equal(chmod(victim, cases[i].mode), 0);
+        snprintf(text, sizeof text,
+                 "database_url = 'postgresql://db/x'\n"
+                 "listen = 'ipc://%s/m.sock, tls+tcp://127.0.0.1:7401'\n"
+                 "token_audience = aud\n"
+                 "trusted_keys_file = '%s'\nrevoked_tokens_file = '%s'\ntls_cert_key_file = '%s'\n",
+                 tmpdir, keys, revoked, tls);
+        refused_by_both(text, cases[i].reason, NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +642,13 @@ int main(void)
         cmocka_unit_test(test_check_config_binary_redacts),
         cmocka_unit_test(test_sample_configuration_is_valid),
         cmocka_unit_test(test_help_documents_every_key),
+        cmocka_unit_test(test_listen_port_range),
+        cmocka_unit_test(test_listen_host_resolves),
+        cmocka_unit_test(test_ipc_directory_exists),
+        cmocka_unit_test(test_ipc_path_not_a_regular_file),
+        cmocka_unit_test(test_database_url_port),
+        cmocka_unit_test(test_audience_control_characters),
+        cmocka_unit_test(test_key_file_modes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -230,7 +230,7 @@ static bool make_certificate(void)
              "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
              "-keyout %s -out %s >/dev/null 2>&1",
              key_file, cert_file);
-    return system(cmd) == 0;
+    return system(cmd) == 0 && chmod(key_file, 0600) == 0;
 }
 
 static int group_setup(void **state)
@@ -1076,6 +1076,69 @@ static void test_unread_replies_do_not_hold_threads(void **state)
     srv_transport_free(t2);
 }
 
+/* The private key must be private: a key file that group or others may access is refused
+ * before it is read, in its own file and combined with the certificate.
+ * Guard: transport_read_pem()'s mode check on the open descriptor (transport_tls_new). */
+static void test_tls_key_must_be_private(void **state)
+{
+    (void)state;
+    if (!have_tls) {
+        print_message("openssl CLI not available: cannot make a test certificate\n");
+        skip();
+    }
+    char combined[160], cmd[512], diag[256];
+    snprintf(combined, sizeof combined, "%s/combined.pem", dir);
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", cert_file, key_file, combined);
+    assert_int_equal(system(cmd), 0);
+    const char *urls[] = {"tls+tcp://127.0.0.1:0"};
+    static const mode_t modes[] = {0640, 0604, 0620};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        for (int one_file = 0; one_file < 2; one_file++) {
+            const char *victim = one_file ? combined : key_file;
+            assert_int_equal(chmod(victim, modes[i]), 0);
+            srv_transport_config cfg = {.urls = urls,
+                                        .n_urls = 1,
+                                        .tls_cert_file = one_file ? combined : cert_file,
+                                        .tls_key_file = one_file ? NULL : key_file};
+            srv_transport *t2 = NULL;
+            diag[0] = '\0';
+            assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag),
+                             BF_ERR_INVALID_ARGUMENT);
+            assert_null(t2);
+            assert_non_null(strstr(diag, "is accessible by group or others"));
+            assert_int_equal(chmod(victim, 0600), 0);
+            assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+            srv_transport_free(t2);
+        }
+    }
+}
+
+/* nng's ipc listener replaces whatever its path names (a stale socket, but also a regular
+ * file) and removes it at close: only an absent path or a socket may be listened on.
+ * Guard: transport_ipc_path_check() in srv_transport_start(). */
+static void test_ipc_path_must_not_be_a_file(void **state)
+{
+    (void)state;
+    char path[160], url[200], diag[256] = "";
+    snprintf(path, sizeof path, "%s/precious", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    snprintf(url, sizeof url, "ipc://%s", path);
+    const char *urls[] = {url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
+    srv_transport *t2 = NULL;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "the path exists and is not a socket"));
+    srv_transport_free(t2);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_size, 8);
+}
+
 /* Configuration errors are typed and name no secrets. */
 static void test_transport_config(void **state)
 {
@@ -1115,6 +1178,8 @@ int main(void)
         cmocka_unit_test(test_stop_finishes_in_flight),
         cmocka_unit_test(test_unread_replies_do_not_hold_threads),
         cmocka_unit_test(test_transport_config),
+        cmocka_unit_test(test_tls_key_must_be_private),
+        cmocka_unit_test(test_ipc_path_must_not_be_a_file),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

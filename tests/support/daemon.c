@@ -104,6 +104,8 @@ void bd_setup(const char *name)
     assert_non_null(f);
     fputs("# revoked token IDs\n", f);
     fclose(f);
+    /* whatever the umask: the daemon refuses revocations that group or others may write */
+    assert_int_equal(chmod(bd.revoked, 0644), 0);
 }
 
 PGconn *bd_suite_open(const char *name)
@@ -370,6 +372,8 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     if (o->request_retention_s > 0)
         fprintf(f, "request_retention_s = %d\n", o->request_retention_s);
     fprintf(f, "log_level = %s\n", o->log_level ? o->log_level : "debug");
+    if (o->extra != NULL)
+        fprintf(f, "%s\n", o->extra);
     fclose(f);
 }
 

@@ -81,6 +81,7 @@ typedef struct bd_options {
     int step_batches;         /* 0: the daemon's default */
     int request_retention_s;  /* 0: default */
     const char *log_level;
+    const char *extra; /* configuration lines appended to the file (later keys win); NULL */
 } bd_options;
 
 /* The defaults: manual mode, auto_migrate off, ipc boundary on, tcp on, 2 workers, 4 threads,

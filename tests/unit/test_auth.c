@@ -14,7 +14,9 @@
  * (test_cache), the per-call expiry check on cache hits (test_cache), the cache drop on reload
  * (test_rotation), the capability-only authorize (test_roles_grant_nothing), the "no token"
  * condition of the boundary and the refusal of a present but empty token (test_ipc_boundary,
- * test_refusals), the saturated WhoAmI expiry (test_whoami_far_expiry).
+ * test_refusals), the saturated WhoAmI expiry (test_whoami_far_expiry), the refusal of trusted
+ * keys or revocations writable by group or others at load and at reload, which keeps the
+ * previous sets (auth_file_private, test_file_modes).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -47,6 +50,7 @@ static void write_file(const char *path, const char *text)
     assert_non_null(f);
     fputs(text, f);
     assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0644), 0); /* whatever the umask: see test_file_modes */
 }
 
 static void append_file(const char *path, const char *text)
@@ -493,6 +497,65 @@ static void test_config(void **state)
     srv_auth_free(auth);
 }
 
+/* Whoever may write the trusted keys or the revocations decides who is trusted: such a file
+ * is refused when group or others may write it, at load and at reload (the previous sets stay
+ * in force then). */
+static void test_file_modes(void **state)
+{
+    (void)state;
+    static const mode_t bad[] = {0664, 0646, 0666, 0620};
+    char diag[256] = "";
+    srv_auth_config cfg = {.audience = AUD,
+                           .trusted_keys_file = keys_path,
+                           .revoked_file = revoked_path,
+                           .clock_skew_s = 30};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int which = 0; which < 2; which++) {
+            const char *victim = which == 0 ? keys_path : revoked_path;
+            assert_int_equal(chmod(victim, bad[i]), 0);
+            srv_auth *auth = NULL;
+            assert_int_equal(srv_auth_new(&auth, &cfg, diag, sizeof diag),
+                             BF_ERR_PERMISSION_DENIED);
+            assert_null(auth);
+            assert_non_null(strstr(diag, victim));
+            assert_non_null(strstr(diag, "is writable by group or others"));
+            assert_int_equal(chmod(victim, 0644), 0);
+        }
+    }
+    /* owner-only and read-only modes are fine */
+    assert_int_equal(chmod(keys_path, 0400), 0);
+    assert_int_equal(chmod(revoked_path, 0600), 0);
+    srv_auth *auth = auth_new(false, 0);
+    char t1[BFT_TOKEN_MAX + 1], t2[BFT_TOKEN_MAX + 1], hex[33], line[64];
+    uint8_t id2[16];
+    mint(t1, k1, (mint_opts){.caps = SRV_CAP_READ}, NULL);
+    mint(t2, k2, (mint_opts){.caps = SRV_CAP_READ}, id2);
+    expect_ok(auth, t1, &tcp_peer);
+
+    /* a reload of a writable keys file (that would retire k1) changes nothing */
+    assert_int_equal(chmod(keys_path, 0644), 0);
+    write_keys(k2, NULL);
+    assert_int_equal(chmod(keys_path, 0664), 0);
+    assert_int_equal(srv_auth_reload(auth, diag, sizeof diag), BF_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(diag, "trusted keys"));
+    expect_ok(auth, t1, &tcp_peer);
+    /* nor does one of writable revocations (that would revoke t2) */
+    assert_int_equal(chmod(keys_path, 0644), 0);
+    write_keys(k1, k2);
+    bft_token_id_hex(hex, id2);
+    snprintf(line, sizeof line, "%s\n", hex);
+    append_file(revoked_path, line);
+    assert_int_equal(chmod(revoked_path, 0606), 0);
+    assert_int_equal(srv_auth_reload(auth, diag, sizeof diag), BF_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(diag, "revocations"));
+    expect_ok(auth, t2, &tcp_peer);
+    /* once fixed, the reload applies */
+    assert_int_equal(chmod(revoked_path, 0644), 0);
+    assert_int_equal(srv_auth_reload(auth, diag, sizeof diag), BF_OK);
+    expect_refused(auth, t2, &tcp_peer, "revoked");
+    srv_auth_free(auth);
+}
+
 /* ---- concurrency: authentication during reloads ----------------------------------------- */
 
 typedef struct race_arg {
@@ -608,6 +671,7 @@ int main(void)
         cmocka_unit_test_setup(test_config, setup),
         cmocka_unit_test_setup(test_concurrent_reload, setup),
         cmocka_unit_test_setup(test_whoami_far_expiry, setup),
+        cmocka_unit_test_setup(test_file_modes, setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

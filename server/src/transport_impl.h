@@ -1,0 +1,136 @@
+/*
+ * transport_impl.h - what transport.c (setup, listeners, TLS, stop) and transport_serve.c
+ * (request threads, replies, connection admission, the sweeper) share: the transport's
+ * structures and their internal functions. Not for anything but those two files. The design
+ * notes are at the top of transport.c.
+ *
+ * Locking: t->mtx guards what the comments say; the connection table has its own (conns.h).
+ */
+#ifndef BUZZ_SRV_TRANSPORT_IMPL_H
+#define BUZZ_SRV_TRANSPORT_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include "canary.h"
+#include "conns.h"
+#include "transport.h"
+
+#define TRANSPORT_GROUPS        2 /* sockets: ipc, network */
+#define TRANSPORT_NOTE_MS       10000
+#define TRANSPORT_SWEEP_MS      250  /* how often unread connections are looked at */
+#define TRANSPORT_SLOTS_MAX     1024 /* contexts per socket beyond one per thread */
+#define TRANSPORT_SEND_GRACE_MS 500  /* past the send timeout, a send nng did not complete */
+#define TRANSPORT_CANARY_MS     1000 /* how often nng's reaper is probed */
+
+_Static_assert(SRV_TRANSPORT_MAX_LISTENERS <= 64, "conns.c's listener bound");
+
+typedef enum transport_note_kind {
+    NOTE_LISTENER_FULL,
+    NOTE_PEER_FULL,
+    NOTE_IN_FLIGHT,
+    NOTE_UNREAD,
+    NOTE_CLOSED,
+    NOTE_KINDS
+} transport_note_kind;
+
+/* A rate-limited log line: the first event, then a count at most every TRANSPORT_NOTE_MS. */
+typedef struct transport_note {
+    int64_t last_ms;
+    long pending;
+} transport_note;
+
+typedef struct transport_group transport_group;
+
+typedef struct transport_listener {
+    nng_listener listener;
+    bool created;
+    bool started;
+    const char *kind; /* "ipc", "tcp", "tls" */
+    char url[256];
+} transport_listener;
+
+/* A context of a socket's pool. A request is received on a free slot by a worker thread and
+ * its reply sent from it asynchronously: the slot, not the thread, waits for the peer. */
+typedef struct transport_slot {
+    srv_transport *t;
+    transport_group *group;
+    nng_ctx ctx;
+    bool ctx_open;
+    nng_aio *send_aio; /* completes in transport_sent() */
+    uint32_t pipe_id;  /* of the reply in flight */
+    srv_peer peer;     /* of the reply in flight (listener names are static strings) */
+    struct transport_slot *next_free; /* under t->mtx */
+} transport_slot;
+
+typedef struct transport_worker {
+    srv_transport *t;
+    transport_group *group;
+    pthread_t thread;
+    bool thread_started;
+    nng_aio *aio;              /* receives */
+    transport_slot *receiving; /* under t->mtx: the slot this thread waits in recv on */
+    srv_session session;
+} transport_worker;
+
+struct transport_group {
+    const char *name; /* "ipc", "network" */
+    nng_socket sock;
+    bool sock_open;
+    size_t n_listeners;
+    transport_worker *workers;
+    int n_workers;
+    transport_slot *slots;
+    int n_slots;
+    transport_slot *free_slots; /* under t->mtx */
+    int sending;                /* under t->mtx: slots whose reply is in flight */
+};
+
+struct srv_transport {
+    srv_dispatcher *d;
+    srv_context *ctx;
+    nng_tls_config *tls;
+    transport_listener listeners[SRV_TRANSPORT_MAX_LISTENERS];
+    size_t n_listeners;
+    transport_group groups[TRANSPORT_GROUPS];
+    int threads;
+    int max_conns, max_conns_per_peer;
+    nng_duration send_timeout_ms;
+    srv_conns *conns;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond; /* a slot was freed, a send completed, or stop began */
+    pthread_t sweeper;
+    bool sweeper_started;
+    srv_canary *canary;           /* probes nng's reaper; owned by the sweeper */
+    void (*on_wedged)(void *arg); /* once, from the sweeper, when the canary is wedged */
+    void *on_wedged_arg;
+    bool stopping;
+    bool started;
+    bool stopped;
+    bool abandoned;   /* a socket close did not finish: keep this memory (nng may use it) */
+    int late_replies; /* under mtx: replies sent after stop began */
+    transport_note notes[NOTE_KINDS]; /* under mtx */
+    srv_transport *next_abandoned;
+};
+
+void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int64_t transport_now_ms(void);
+/* Count one event of kind; log it (with the events suppressed since the last line) unless a
+ * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */
+void transport_note_event(srv_transport *t, transport_note_kind kind, const char *what,
+                          const char *who);
+/* nng's pipe notifications of both sockets (arg: the transport). */
+void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg);
+/* The completion of a slot's reply (arg: the transport_slot); runs on nng's threads. */
+void transport_sent(void *arg);
+/* A request thread of a socket (arg: its transport_worker). */
+void *transport_worker_main(void *arg);
+/* The sweeper thread (arg: the transport). */
+void *transport_sweeper_main(void *arg);
+
+#endif /* BUZZ_SRV_TRANSPORT_IMPL_H */

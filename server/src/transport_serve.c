@@ -1,0 +1,362 @@
+/*
+ * transport_serve.c - the serving half of the transport (see transport.c's design notes):
+ * nng's pipe notifications admitting connections under the caps, the peer facts of a request,
+ * the request threads with their slots and asynchronous replies, the sweeper that closes
+ * quiet unread connections and probes nng's reaper, and the rate-limited log notes.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "transport_impl.h"
+
+void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
+{
+    if (t->ctx == NULL || t->ctx->engine_cfg.log == NULL)
+        return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, level, buf);
+}
+
+int64_t transport_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Count one event of kind; log it (with the events suppressed since the last line) unless a
+ * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */
+void transport_note_event(srv_transport *t, transport_note_kind kind, const char *what,
+                          const char *who)
+{
+    int64_t now = transport_now_ms();
+    pthread_mutex_lock(&t->mtx);
+    transport_note *n = &t->notes[kind];
+    n->pending++;
+    long count = 0;
+    if (n->last_ms == 0 || now - n->last_ms >= TRANSPORT_NOTE_MS) {
+        count = n->pending;
+        n->pending = 0;
+        n->last_ms = now;
+    }
+    pthread_mutex_unlock(&t->mtx);
+    if (count == 1)
+        transport_log(t, BF_LOG_WARN, "%s (%s)", what, who);
+    else if (count > 1)
+        transport_log(t, BF_LOG_WARN, "%s (%s; %ld times in the last %d s)", what, who, count,
+                      TRANSPORT_NOTE_MS / 1000);
+}
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+static const transport_listener *transport_listener_of(const srv_transport *t, nng_pipe pipe,
+                                                       size_t *index)
+{
+    int id = nng_listener_id(nng_pipe_listener(pipe));
+    for (size_t i = 0; id > 0 && i < t->n_listeners; i++) {
+        if (nng_listener_id(t->listeners[i].listener) == id) {
+            *index = i;
+            return &t->listeners[i];
+        }
+    }
+    return NULL;
+}
+
+/* The peer of a pipe as a cap key and as text ("127.0.0.1", "uid 1000"; "unknown"). */
+static void transport_peer_key(const char *kind, nng_pipe pipe, srv_conn_peer *key, char *text,
+                               size_t text_len)
+{
+    memset(key, 0, sizeof *key);
+    snprintf(text, text_len, "unknown");
+    if (strcmp(kind, "ipc") == 0) {
+        uint64_t uid = 0;
+        if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
+            uint32_t u = (uint32_t)uid;
+            key->family = SRV_CONN_PEER_UID;
+            memcpy(key->addr, &u, sizeof u);
+            snprintf(text, text_len, "uid %u", (unsigned)u);
+        }
+        return;
+    }
+    nng_sockaddr sa;
+    if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0)
+        return;
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (sa.s_family == NNG_AF_INET) {
+        key->family = SRV_CONN_PEER_IPV4;
+        memcpy(key->addr, &sa.s_in.sa_addr, 4); /* network order */
+    } else if (sa.s_family == NNG_AF_INET6 &&
+               memcmp(sa.s_in6.sa_addr, v4_mapped, sizeof v4_mapped) == 0) {
+        key->family = SRV_CONN_PEER_IPV4; /* one peer, whichever way it connected */
+        memcpy(key->addr, sa.s_in6.sa_addr + 12, 4);
+    } else if (sa.s_family == NNG_AF_INET6) {
+        key->family = SRV_CONN_PEER_IPV6;
+        memcpy(key->addr, sa.s_in6.sa_addr, 16);
+    } else {
+        return;
+    }
+    char buf[INET6_ADDRSTRLEN];
+    int af = key->family == SRV_CONN_PEER_IPV4 ? AF_INET : AF_INET6;
+    if (inet_ntop(af, key->addr, buf, sizeof buf) != NULL)
+        snprintf(text, text_len, "%s", buf);
+}
+
+/* nng's pipe notifications: admission under the caps at ADD_PRE (closing a pipe there keeps it
+ * from ever being added), release at REM_POST. Called on nng's threads; never blocks. */
+void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+    srv_transport *t = arg;
+    if (ev == NNG_PIPE_EV_REM_POST) {
+        srv_conns_release(t->conns, nng_pipe_id(pipe));
+        return;
+    }
+    if (ev != NNG_PIPE_EV_ADD_PRE)
+        return;
+    size_t index = 0;
+    const transport_listener *tl = transport_listener_of(t, pipe, &index);
+    if (tl == NULL) { /* not one of ours (we never dial): refuse */
+        nng_pipe_close(pipe);
+        return;
+    }
+    srv_conn_peer key;
+    char who[96], text[64];
+    transport_peer_key(tl->kind, pipe, &key, text, sizeof text);
+    srv_conn_verdict v = srv_conns_admit(t->conns, (uint32_t)nng_pipe_id(pipe), index, &key);
+    if (v == SRV_CONN_ADMITTED)
+        return;
+    nng_pipe_close(pipe);
+    snprintf(who, sizeof who, "%s %s", tl->kind, text);
+    if (v == SRV_CONN_PEER_FULL)
+        transport_note_event(t, NOTE_PEER_FULL,
+                             "refused a connection: its peer holds max_connections_per_peer", who);
+    else
+        transport_note_event(t, NOTE_LISTENER_FULL,
+                             "refused a connection: its listener holds max_connections", who);
+}
+
+/* Which listener a request came through, the ipc peer uid and the tcp/tls peer address. */
+static void transport_peer(const srv_transport *t, nng_msg *msg, srv_peer *peer)
+{
+    memset(peer, 0, sizeof *peer);
+    peer->listener = "unknown";
+    nng_pipe pipe = nng_msg_get_pipe(msg);
+    size_t index = 0;
+    const transport_listener *tl = transport_listener_of(t, pipe, &index);
+    if (tl == NULL)
+        return;
+    peer->listener = tl->kind;
+    uint64_t uid = 0;
+    if (strcmp(tl->kind, "ipc") == 0) {
+        if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
+            peer->has_uid = true;
+            peer->uid = (uint32_t)uid;
+        }
+        return;
+    }
+    srv_conn_peer key;
+    transport_peer_key(tl->kind, pipe, &key, peer->addr, sizeof peer->addr);
+    if (key.family == SRV_CONN_PEER_UNKNOWN)
+        peer->addr[0] = '\0';
+}
+
+/* ---- serving ------------------------------------------------------------------------------- */
+
+/* "tcp 127.0.0.1", "ipc uid 1000" for the log. */
+static void transport_who(const srv_peer *peer, char *out, size_t cap)
+{
+    if (peer->has_uid)
+        snprintf(out, cap, "%s uid %u", peer->listener, (unsigned)peer->uid);
+    else
+        snprintf(out, cap, "%s %s", peer->listener, peer->addr[0] ? peer->addr : "unknown");
+}
+
+static void transport_slot_release(srv_transport *t, transport_slot *slot)
+{
+    pthread_mutex_lock(&t->mtx);
+    slot->next_free = slot->group->free_slots;
+    slot->group->free_slots = slot;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->mtx);
+}
+
+/* The reply of a slot was handed to its pipe, or not within the send timeout: then the peer is
+ * not reading an earlier reply, the reply is dropped and the connection marked unread (its
+ * requests are refused from now on; the sweeper closes it once it is quiet). Runs on nng's
+ * threads; never blocks. */
+void transport_sent(void *arg)
+{
+    transport_slot *slot = arg;
+    srv_transport *t = slot->t;
+    int rv = nng_aio_result(slot->send_aio);
+    if (rv != 0) {
+        nng_msg_free(nng_aio_get_msg(slot->send_aio));
+        nng_aio_set_msg(slot->send_aio, NULL);
+    }
+    if (rv == NNG_ETIMEDOUT) {
+        srv_conns_mark_unread(t->conns, slot->pipe_id, transport_now_ms());
+        char who[96];
+        transport_who(&slot->peer, who, sizeof who);
+        transport_note_event(t, NOTE_UNREAD,
+                             "stopped serving a connection that does not read its replies", who);
+    } else if (rv != 0 && rv != NNG_ECLOSED) {
+        transport_log(t, BF_LOG_WARN, "could not send a reply: %s", nng_strerror(rv));
+    }
+    srv_conns_end(t->conns, slot->pipe_id);
+    pthread_mutex_lock(&t->mtx);
+    if (rv == 0 && t->stopping)
+        t->late_replies++;
+    slot->group->sending--;
+    slot->next_free = slot->group->free_slots;
+    slot->group->free_slots = slot;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->mtx);
+}
+
+/* Handle one message received on slot: refuse it, or dispatch it and send the reply from the
+ * slot without waiting for it. The slot is free again when this returns, or once the send
+ * completes. */
+static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *msg)
+{
+    srv_transport *t = w->t;
+    int64_t received_us = srv_now_us();
+    uint32_t pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
+    srv_peer peer;
+    transport_peer(t, msg, &peer);
+    srv_conn_request admitted =
+        srv_conns_begin(t->conns, pipe_id, SRV_TRANSPORT_IN_FLIGHT, transport_now_ms());
+    if (admitted != SRV_CONN_REQUEST_OK) {
+        /* BUSY: the peer pipelines past the limit; UNREAD: it does not read its replies (its
+         * requests keep it from being quiet, so it is not closed while it is sending); GONE:
+         * its connection is closed already, a reply would be discarded by nng */
+        nng_msg_free(msg);
+        transport_slot_release(t, slot);
+        if (admitted == SRV_CONN_REQUEST_BUSY) {
+            char who[96];
+            transport_who(&peer, who, sizeof who);
+            transport_note_event(t, NOTE_IN_FLIGHT,
+                                 "dropped a request: its connection has the most requests in "
+                                 "flight already",
+                                 who);
+        }
+        return;
+    }
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    bf_err err = srv_dispatch(t->d, &w->session, &peer, nng_msg_body(msg), nng_msg_len(msg),
+                              received_us, &out, &out_len);
+    nng_msg_clear(msg);
+    if (err != BF_OK || nng_msg_append(msg, out, out_len) != 0) {
+        transport_log(t, BF_LOG_ERROR, "could not answer a request: %s",
+                      err != BF_OK ? bf_err_str(err) : "out of memory");
+        free(out);
+        nng_msg_free(msg);
+        srv_conns_end(t->conns, pipe_id);
+        transport_slot_release(t, slot);
+        return;
+    }
+    free(out);
+    slot->pipe_id = pipe_id;
+    slot->peer = peer;
+    pthread_mutex_lock(&t->mtx);
+    slot->group->sending++;
+    pthread_mutex_unlock(&t->mtx);
+    nng_aio_set_msg(slot->send_aio, msg);
+    nng_aio_set_timeout(slot->send_aio, t->send_timeout_ms);
+    nng_ctx_send(slot->ctx, slot->send_aio);
+}
+
+void *transport_worker_main(void *arg)
+{
+    transport_worker *w = arg;
+    srv_transport *t = w->t;
+    transport_group *g = w->group;
+    for (;;) {
+        pthread_mutex_lock(&t->mtx);
+        while (!t->stopping && g->free_slots == NULL)
+            pthread_cond_wait(&t->cond, &t->mtx); /* every slot waits for a peer (bounded) */
+        transport_slot *slot = t->stopping ? NULL : g->free_slots;
+        if (slot != NULL) {
+            g->free_slots = slot->next_free;
+            w->receiving = slot;
+        }
+        pthread_mutex_unlock(&t->mtx);
+        if (slot == NULL)
+            break;
+        nng_aio_set_timeout(w->aio, NNG_DURATION_INFINITE);
+        nng_ctx_recv(slot->ctx, w->aio);
+        nng_aio_wait(w->aio);
+        pthread_mutex_lock(&t->mtx);
+        w->receiving = NULL;
+        pthread_mutex_unlock(&t->mtx);
+        int rv = nng_aio_result(w->aio);
+        if (rv != 0) {
+            transport_slot_release(t, slot);
+            if (rv == NNG_ECLOSED)
+                break;
+            transport_log(t, BF_LOG_WARN, "receive failed: %s", nng_strerror(rv));
+            continue;
+        }
+        transport_serve(w, slot, nng_aio_get_msg(w->aio));
+    }
+    bf_engine_close(w->session.engine);
+    w->session.engine = NULL;
+    return NULL;
+}
+
+/* Close unread connections once they have been quiet for SRV_TRANSPORT_QUIET_MS: a pipe that
+ * has not delivered a request for that long is not in the middle of a read, so its close
+ * cannot meet nng 1.5.2's race (design notes). And probe nng's reaper (canary.h). */
+void *transport_sweeper_main(void *arg)
+{
+    srv_transport *t = arg;
+    pthread_mutex_lock(&t->mtx);
+    while (!t->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)TRANSPORT_SWEEP_MS * 1000000L;
+        while (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!t->stopping && pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
+            ;
+        if (t->stopping)
+            break;
+        pthread_mutex_unlock(&t->mtx);
+        if (t->canary != NULL && srv_canary_poll(t->canary, transport_now_ms(), TRANSPORT_CANARY_MS,
+                                                 SRV_TRANSPORT_WEDGE_MS) == SRV_CANARY_WEDGED) {
+            transport_log(t, BF_LOG_ERROR,
+                          "nng stopped releasing closed connections (its reaper is stuck, a "
+                          "defect of nng 1.5.2 that a peer can trigger): their descriptors and "
+                          "connection slots are lost until the daemon restarts");
+            if (t->on_wedged != NULL)
+                t->on_wedged(t->on_wedged_arg);
+            pthread_mutex_lock(&t->mtx);
+            break; /* reported once; nothing else here can work any more */
+        }
+        uint32_t ids[64];
+        size_t n = srv_conns_take_quiet(t->conns, transport_now_ms(), SRV_TRANSPORT_QUIET_MS, ids,
+                                        sizeof ids / sizeof ids[0]);
+        for (size_t i = 0; i < n; i++) {
+            nng_pipe pipe = NNG_PIPE_INITIALIZER;
+            pipe.id = ids[i];
+            if (nng_pipe_close(pipe) == 0)
+                transport_note_event(t, NOTE_CLOSED,
+                                     "closed a connection that does not read its "
+                                     "replies once it was quiet",
+                                     "unread");
+        }
+        pthread_mutex_lock(&t->mtx);
+    }
+    pthread_mutex_unlock(&t->mtx);
+    return NULL;
+}

@@ -1,0 +1,736 @@
+/*
+ * test_hostile_peers.c - real buzz-backfilld processes (tests/support/daemon.h) against peers
+ * that speak the SP protocol over raw POSIX sockets and misbehave: they pipeline requests and
+ * never read the replies, hold idle connections beyond the caps, keep the network threads busy
+ * with slow requests, and pump requests into connections they reset. Proper clients must stay
+ * served, descriptors must come back, and SIGTERM must finish within the documented bound.
+ *
+ * Guards proved (each removal fails a test here; see server/src/transport.c's design notes):
+ * - test_slow_readers_do_not_hold_the_daemon: replies sent asynchronously from the socket's
+ *   slot pool (transport_serve/transport_sent: a request thread never waits for a peer), the
+ *   requests in flight per connection (SRV_TRANSPORT_IN_FLIGHT, which sizes that pool), and
+ *   the unread mark with the sweeper's close once quiet (srv_conns_mark_unread,
+ *   transport_sweeper_main); the descriptors of every slow reader are released afterwards.
+ * - test_sigterm_with_slow_readers_is_bounded: the bounded stop (the send timeout of the
+ *   replies in flight, transport_wait_sends, and the close bound of transport_close_sockets
+ *   against nng_close() never returning): exit 0 within SRV_TRANSPORT_STOP_BOUND_MS.
+ * - test_idle_flood_beyond_the_caps: admission at NNG_PIPE_EV_ADD_PRE under max_connections
+ *   and max_connections_per_peer (transport_pipe_event, srv_conns_admit) keeps the descriptors
+ *   the flood can take bounded, so ipc stays usable under a low descriptor limit; the release at
+ *   NNG_PIPE_EV_REM_POST gives tcp back after the flood.
+ * - test_ipc_served_while_tcp_is_busy: one socket and thread pool per listener kind
+ *   (transport_group_of); with one pool, ipc requests queue behind the slow tcp ones.
+ * - test_pump_and_reset_is_detected: the probe of nng's reaper (canary.c) and the fatal stop
+ *   (srv_signals_stop_fatal): after peers that reset connections they are still pumping into
+ *   (which can wedge nng 1.5.2 for good), the daemon either released every descriptor or
+ *   noticed the wedge and exited 1 for its supervisor.
+ *
+ * Steps wait on observable conditions (a socket closed by the daemon, a descriptor count, a
+ * log line, the exit), polled with deadlines; nothing is ordered by sleeping.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "daemon.h"
+#include "transport.h"
+
+#define SLOW_READERS  4    /* per listener kind, as in the issue */
+#define PIPELINED     4000 /* requests each slow reader sends: more replies than its buffers */
+#define PROPER_BUDGET 1000 /* ms a proper client's call may take while peers misbehave */
+#define WAIT_MS       20000
+
+static PGconn *pg;
+static bd_daemon daemon_;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- raw SP peers -------------------------------------------------------------------------- */
+
+typedef struct raw_peer {
+    int fd;
+    bool ipc;   /* ipc frames carry a message type byte before the length */
+    size_t off; /* bytes of the current frame already written */
+    int sent;   /* whole frames written */
+} raw_peer;
+
+/* A REQ envelope for Admin.WhoAmI without a token, as raw SP wants it. */
+static uint8_t envelope[64];
+static size_t envelope_len;
+
+static void raw_envelope_init(void)
+{
+    Buzz__Backfill__V1__RequestEnvelope env = BUZZ__BACKFILL__V1__REQUEST_ENVELOPE__INIT;
+    env.method = "buzz.backfill.v1.Admin.WhoAmI";
+    env.has_body = true;
+    env.body.len = 0;
+    assert_true(buzz__backfill__v1__request_envelope__get_packed_size(&env) <= sizeof envelope);
+    envelope_len = buzz__backfill__v1__request_envelope__pack(&env, envelope);
+}
+
+/* The SP handshake of a REQ peer: 00 'S' 'P' 00, protocol 0x0030 (REQ), 2 zero bytes. */
+static void raw_hello(int fd)
+{
+    static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+    assert_int_equal(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+}
+
+/* A tiny receive buffer, so the daemon's replies back up at once. */
+static void raw_small_rcvbuf(int fd)
+{
+    int small = 4096;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+}
+
+static int raw_tcp_port(void)
+{
+    const char *colon = strrchr(daemon_.tcp_url, ':');
+    assert_non_null(colon);
+    return atoi(colon + 1);
+}
+
+/* A tcp connection from source address src ("127.0.0.2"; NULL: any), with the handshake. */
+static raw_peer raw_tcp(const char *src, bool hello)
+{
+    raw_peer p = {.fd = socket(AF_INET, SOCK_STREAM, 0), .ipc = false};
+    assert_true(p.fd >= 0);
+    raw_small_rcvbuf(p.fd);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    if (src != NULL) {
+        assert_int_equal(inet_pton(AF_INET, src, &a.sin_addr), 1);
+        assert_int_equal(bind(p.fd, (struct sockaddr *)&a, sizeof a), 0);
+    }
+    a.sin_port = htons((uint16_t)raw_tcp_port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(p.fd, (struct sockaddr *)&a, sizeof a), 0);
+    if (hello)
+        raw_hello(p.fd);
+    return p;
+}
+
+static raw_peer raw_ipc(void)
+{
+    raw_peer p = {.fd = socket(AF_UNIX, SOCK_STREAM, 0), .ipc = true};
+    assert_true(p.fd >= 0);
+    raw_small_rcvbuf(p.fd);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    const char *path = daemon_.ipc_url + strlen("ipc://");
+    assert_true(strlen(path) < sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    assert_int_equal(connect(p.fd, (struct sockaddr *)&a, sizeof a), 0);
+    raw_hello(p.fd);
+    return p;
+}
+
+/* One request frame: [0x01 on ipc] 64-bit big-endian length, the 32-bit request id with the
+ * high bit set, the envelope. */
+static size_t raw_frame(const raw_peer *p, uint32_t id, uint8_t *out)
+{
+    size_t n = 0;
+    if (p->ipc)
+        out[n++] = 1;
+    uint64_t len = envelope_len + 4;
+    for (int i = 0; i < 8; i++)
+        out[n++] = (uint8_t)(len >> (56 - 8 * i));
+    uint32_t rid = id | 0x80000000u;
+    for (int i = 0; i < 4; i++)
+        out[n++] = (uint8_t)(rid >> (24 - 8 * i));
+    memcpy(out + n, envelope, envelope_len);
+    return n + envelope_len;
+}
+
+/* Write as much of the next frames as the socket takes without blocking, up to `until` frames
+ * (negative: no limit). false once the daemon closed the connection. */
+static bool raw_pump(raw_peer *p, int until)
+{
+    uint8_t frame[128];
+    while (until < 0 || p->sent < until) {
+        size_t len = raw_frame(p, (uint32_t)p->sent + 1, frame);
+        ssize_t w = send(p->fd, frame + p->off, len - p->off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return true;
+        if (w < 0)
+            return false;
+        p->off += (size_t)w;
+        if (p->off == len) {
+            p->off = 0;
+            p->sent++;
+        }
+    }
+    return true;
+}
+
+/* Pipeline `count` requests into every peer (never reading), within WAIT_MS. NULL, or what
+ * went wrong (no cmocka call: this may run on a thread of its own). */
+static const char *raw_pipeline(raw_peer *peers, size_t n, int count)
+{
+    int64_t until = now_ms() + WAIT_MS;
+    for (;;) {
+        bool done = true;
+        struct pollfd pfd[2 * SLOW_READERS];
+        size_t np = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!raw_pump(&peers[i], count))
+                return "the daemon closed a connection before its requests were sent";
+            if (peers[i].sent < count) {
+                done = false;
+                pfd[np++] = (struct pollfd){.fd = peers[i].fd, .events = POLLOUT};
+            }
+        }
+        if (done)
+            return NULL;
+        if (now_ms() > until)
+            return "the daemon stopped reading pipelined requests";
+        (void)poll(pfd, np, 100);
+    }
+}
+
+typedef struct pipeline_job {
+    raw_peer *peers;
+    size_t n;
+    int count;
+    const char *error;
+} pipeline_job;
+
+static void *pipeline_main(void *arg)
+{
+    pipeline_job *job = arg;
+    job->error = raw_pipeline(job->peers, job->n, job->count);
+    return NULL;
+}
+
+/* true once the daemon closed (or reset) this connection. */
+static bool raw_closed_by_daemon(const raw_peer *p)
+{
+    struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+/* Bytes the peer has sent that the daemon has not read yet: still in the peer's send queue
+ * (SIOCOUTQ) or in the daemon side's receive queue (/proc/net/tcp rx_queue; 0 for ipc, where
+ * the send queue holds what the daemon has not read). -1 when it cannot be told. */
+static long raw_unread(const raw_peer *p)
+{
+    int outq = 0;
+    if (ioctl(p->fd, SIOCOUTQ, &outq) != 0)
+        return -1;
+    if (p->ipc || outq > 0)
+        return outq;
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    if (getsockname(p->fd, (struct sockaddr *)&me, &len) != 0)
+        return -1;
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    long unread = -1;
+    unsigned daemon_port = (unsigned)raw_tcp_port(), my_port = ntohs(me.sin_port);
+    while (unread < 0 && fgets(line, sizeof line, f) != NULL) {
+        unsigned lport = 0, rport = 0;
+        unsigned long tx = 0, rx = 0;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %*x %lx:%lx", &lport, &rport, &tx, &rx) == 4 &&
+            lport == daemon_port && rport == my_port)
+            unread = (long)rx;
+    }
+    fclose(f);
+    return unread;
+}
+
+/* Wait until the daemon has read everything p sent (then no read of it is in progress, and
+ * closing it cannot meet nng 1.5.2's close race). */
+static void raw_wait_read(const raw_peer *p)
+{
+    int64_t until = now_ms() + WAIT_MS;
+    long unread;
+    while ((unread = raw_unread(p)) != 0) {
+        if (now_ms() > until)
+            fail_msg("the daemon left %ld bytes of a peer unread", unread);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Close with a reset (unread data is discarded, the daemon sees ECONNRESET). */
+static void raw_reset(raw_peer *p)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(p->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* ---- the daemon ---------------------------------------------------------------------------- */
+
+static int daemon_fds(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", (long)daemon_.pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* What the daemon's descriptors are ("3=socket:[123] 4=pipe:[4] ..."), for a failure message. */
+static const char *daemon_fd_list(void)
+{
+    static char out[4096];
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", (long)daemon_.pid);
+    out[0] = '\0';
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return "(gone)";
+    struct dirent *e;
+    size_t n = 0;
+    while ((e = readdir(d)) != NULL && n + 80 < sizeof out) {
+        if (e->d_name[0] == '.')
+            continue;
+        char link[320], target[64];
+        snprintf(link, sizeof link, "%s/%s", path, e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        target[len > 0 ? len : 0] = '\0';
+        n += (size_t)snprintf(out + n, sizeof out - n, "%s=%s ", e->d_name, target);
+    }
+    closedir(d);
+    return out;
+}
+
+/* Wait (at most WAIT_MS) until the daemon holds `want` descriptors; returns the last count. */
+static int wait_daemon_fds(int want)
+{
+    int64_t until = now_ms() + WAIT_MS;
+    int n = daemon_fds();
+    while (n != want && now_ms() < until) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        n = daemon_fds();
+    }
+    return n;
+}
+
+/* Admin.WhoAmI from a proper client in one attempt within budget_ms; the status code, or -1
+ * when no answer came. *took_ms gets the time it took. */
+static int proper_whoami(const char *url, const char *token, int budget_ms, int64_t *took_ms)
+{
+    int64_t t0 = now_ms();
+    bfc_client *c = bd_client(url, token, budget_ms, -1);
+    Buzz__Backfill__V1__WhoAmIRequest req = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+    int code = bd_call(c, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &req.base, NULL);
+    bfc_close(c);
+    if (took_ms != NULL)
+        *took_ms = now_ms() - t0;
+    return code;
+}
+
+static void expect_served(const char *what, const char *url, const char *token)
+{
+    int64_t took = 0;
+    int code = proper_whoami(url, token, PROPER_BUDGET, &took);
+    if (code != BD_SC(OK))
+        fail_msg("%s: a proper client's WhoAmI got %d after %lld ms (budget %d ms)", what, code,
+                 (long long)took, PROPER_BUDGET);
+}
+
+/* The descriptor count of an idle daemon: once its startup sequence holds its PostgreSQL
+ * session, after the readiness polls of bd_start and a warm-up call on each listener, once
+ * none of their connections is held any more. */
+static int idle_fds(void)
+{
+    /* the startup sequence's PostgreSQL session is open once it has judged the schema */
+    bd_wait_log(&daemon_, "engine schema");
+    expect_served("warm-up ipc", daemon_.ipc_url, NULL);
+    expect_served("warm-up tcp", daemon_.tcp_url, bd_token(BFT_CAP_READ));
+    /* 2 listeners, their connections gone: settle on the smallest count seen for a while */
+    int64_t until = now_ms() + 2000, stable_since = now_ms();
+    int best = daemon_fds();
+    while (now_ms() < until && now_ms() - stable_since < 300) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        int n = daemon_fds();
+        if (n < best) {
+            best = n;
+            stable_since = now_ms();
+        }
+    }
+    return best;
+}
+
+static bd_options options(const char *extra)
+{
+    bd_options o = bd_defaults();
+    o.workers = 0; /* nothing but the transport opens descriptors while the tests count them */
+    o.log_level = "info";
+    o.extra = extra;
+    return o;
+}
+
+/* ---- the tests ----------------------------------------------------------------------------- */
+
+/* Four slow readers per listener kind pipeline thousands of requests and never read. Proper
+ * callers on ipc and tcp are answered at once meanwhile. The ipc slow readers' replies back up
+ * (unix sockets buffer little): the daemon stops serving them and closes them once they are
+ * quiet. A tcp connection's send buffer grows to megabytes, so there the replies to a tokenless
+ * peer (refusals of a few dozen bytes) may all fit: those peers close after the daemon has read
+ * everything they sent. Every descriptor comes back. */
+static void test_slow_readers_do_not_hold_the_daemon(void **state)
+{
+    (void)state;
+    bd_options o = options(NULL);
+    bd_start(&daemon_, &o);
+    int idle = idle_fds();
+    char idle_list[4096];
+    snprintf(idle_list, sizeof idle_list, "%s", daemon_fd_list());
+
+    raw_peer peers[2 * SLOW_READERS];
+    for (int i = 0; i < SLOW_READERS; i++) {
+        peers[i] = raw_tcp(NULL, true);
+        peers[SLOW_READERS + i] = raw_ipc();
+    }
+    /* proper calls while the slow readers are still sending, and after */
+    pipeline_job job = {.peers = peers, .n = 2 * SLOW_READERS, .count = PIPELINED};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, pipeline_main, &job), 0);
+    int64_t t0 = now_ms();
+    do {
+        expect_served("ipc during the slow readers", daemon_.ipc_url, NULL);
+        expect_served("tcp during the slow readers", daemon_.tcp_url, bd_token(BFT_CAP_READ));
+    } while (now_ms() - t0 < 2 * SRV_TRANSPORT_SEND_TIMEOUT_MS);
+    pthread_join(th, NULL);
+    if (job.error != NULL)
+        fail_msg("%s; see %s", job.error, daemon_.log);
+    expect_served("ipc after the pipelining", daemon_.ipc_url, NULL);
+
+    /* every ipc slow reader is dropped once it has stopped sending */
+    int64_t until = now_ms() + WAIT_MS;
+    for (int i = SLOW_READERS; i < 2 * SLOW_READERS; i++) {
+        while (!raw_closed_by_daemon(&peers[i])) {
+            if (now_ms() > until)
+                fail_msg("slow reader %d (%s) was never dropped; see %s", i,
+                         peers[i].ipc ? "ipc" : "tcp", daemon_.log);
+            struct pollfd pfd = {.fd = peers[i].fd, .events = POLLRDHUP};
+            (void)poll(&pfd, 1, 50);
+        }
+    }
+    assert_true(bd_log_contains(&daemon_, "stopped serving a connection that does not read"));
+    for (int i = 0; i < SLOW_READERS; i++)
+        if (!raw_closed_by_daemon(&peers[i]))
+            raw_wait_read(&peers[i]);
+    for (int i = 0; i < 2 * SLOW_READERS; i++)
+        close(peers[i].fd);
+    int n = wait_daemon_fds(idle);
+    if (n != idle)
+        fail_msg("the daemon holds %d descriptors after the slow readers left, %d before (%s); "
+                 "before: %s",
+                 n, idle, daemon_fd_list(), idle_list);
+    expect_served("ipc after", daemon_.ipc_url, NULL);
+    bd_stop(&daemon_);
+}
+
+/* SIGTERM while slow readers are connected, their replies backed up and one of them still
+ * pumping requests: a clean exit (0) within the documented bound. */
+static void test_sigterm_with_slow_readers_is_bounded(void **state)
+{
+    (void)state;
+    bd_options o = options(NULL);
+    bd_start(&daemon_, &o);
+    raw_peer peers[2 * SLOW_READERS];
+    for (int i = 0; i < SLOW_READERS; i++) {
+        peers[i] = raw_tcp(NULL, true);
+        peers[SLOW_READERS + i] = raw_ipc();
+    }
+    const char *error = raw_pipeline(peers, 2 * SLOW_READERS, PIPELINED);
+    if (error != NULL)
+        fail_msg("%s; see %s", error, daemon_.log);
+    assert_int_equal(kill(daemon_.pid, SIGTERM), 0);
+    int64_t t0 = now_ms();
+    /* keep pumping into the first tcp and ipc connections until the daemon has exited */
+    int status = -1;
+    for (;;) {
+        (void)raw_pump(&peers[0], -1);
+        (void)raw_pump(&peers[SLOW_READERS], -1);
+        int st;
+        pid_t r = waitpid(daemon_.pid, &st, WNOHANG);
+        if (r == daemon_.pid) {
+            status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            daemon_.pid = 0;
+            break;
+        }
+        if (now_ms() - t0 > 60000) {
+            kill(daemon_.pid, SIGKILL);
+            fail_msg("buzz-backfilld did not stop within 60 s; see %s", daemon_.log);
+        }
+        struct pollfd pfd[2] = {{.fd = peers[0].fd, .events = POLLOUT},
+                                {.fd = peers[SLOW_READERS].fd, .events = POLLOUT}};
+        (void)poll(pfd, 2, 5);
+    }
+    int64_t took = now_ms() - t0;
+    for (int i = 0; i < 2 * SLOW_READERS; i++)
+        close(peers[i].fd);
+    if (status != 0)
+        fail_msg("exit status %d after SIGTERM; see %s", status, daemon_.log);
+    /* the transport's bound, plus the rest of a stop without workers (engine sessions, the
+     * startup thread): well under a second even under sanitizers */
+    if (took > SRV_TRANSPORT_STOP_BOUND_MS + 1000)
+        fail_msg("the stop took %lld ms; the bound is %d ms; see %s", (long long)took,
+                 SRV_TRANSPORT_STOP_BOUND_MS, daemon_.log);
+}
+
+/* Idle connections far beyond the caps, from eight source addresses, under a descriptor limit
+ * that admitting them would exceed: all but max_connections are closed as they arrive, ipc
+ * keeps working, and tcp works again once the flood is gone. */
+static void test_idle_flood_beyond_the_caps(void **state)
+{
+    (void)state;
+    enum { CAP = 16, PER_PEER = 4, SOURCES = 8, PER_SOURCE = 25, FLOOD = SOURCES * PER_SOURCE };
+    char extra[128];
+    snprintf(extra, sizeof extra, "max_connections = %d\nmax_connections_per_peer = %d", CAP,
+             PER_PEER);
+    bd_options o = options(extra);
+    bd_start(&daemon_, &o);
+    int idle = idle_fds();
+    /* room for the caps and some slack, not for the flood */
+    struct rlimit lim = {(rlim_t)idle + 2 * CAP + 40, (rlim_t)idle + 2 * CAP + 40};
+    assert_int_equal(prlimit(daemon_.pid, RLIMIT_NOFILE, &lim, NULL), 0);
+
+    static raw_peer flood[FLOOD];
+    for (int s = 0; s < SOURCES; s++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", s + 2);
+        for (int i = 0; i < PER_SOURCE; i++)
+            flood[s * PER_SOURCE + i] = raw_tcp(src, true);
+    }
+    /* the caps leave CAP connections open: PER_PEER from each of the first sources to connect */
+    int64_t until = now_ms() + WAIT_MS;
+    int open = FLOOD;
+    while (open != CAP) {
+        open = 0;
+        for (int i = 0; i < FLOOD; i++)
+            open += !raw_closed_by_daemon(&flood[i]);
+        if (open != CAP && now_ms() > until)
+            fail_msg("%d flood connections stay open, the cap is %d; see %s", open, CAP,
+                     daemon_.log);
+        if (open != CAP) {
+            struct timespec ts = {0, 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int s = 0; s < SOURCES; s++) {
+        int from = 0;
+        for (int i = 0; i < PER_SOURCE; i++)
+            from += !raw_closed_by_daemon(&flood[s * PER_SOURCE + i]);
+        if (from > PER_PEER)
+            fail_msg("source %d keeps %d connections, the cap per peer is %d", s, from, PER_PEER);
+    }
+    assert_true(bd_log_contains(&daemon_, "refused a connection"));
+    /* ipc has its own listener, socket and descriptors to spare */
+    expect_served("ipc during the flood", daemon_.ipc_url, NULL);
+    /* tcp is full: a further connection, from anywhere, is closed at once (a raw one: nng's
+     * REQ client leaks its request when every connection is refused like this) */
+    raw_peer late = raw_tcp(NULL, true);
+    until = now_ms() + WAIT_MS;
+    while (!raw_closed_by_daemon(&late)) {
+        if (now_ms() > until)
+            fail_msg("a connection beyond the cap was admitted; see %s", daemon_.log);
+        struct pollfd pfd = {.fd = late.fd, .events = POLLRDHUP};
+        (void)poll(&pfd, 1, 50);
+    }
+    close(late.fd);
+
+    /* once the flood's connections are gone (their descriptors back), tcp works again */
+    for (int i = 0; i < FLOOD; i++)
+        close(flood[i].fd);
+    int n = wait_daemon_fds(idle);
+    if (n != idle)
+        fail_msg("the daemon holds %d descriptors after the flood, %d before", n, idle);
+    expect_served("tcp after the flood", daemon_.tcp_url, bd_token(BFT_CAP_READ));
+    expect_served("ipc after the flood", daemon_.ipc_url, NULL);
+    bd_stop(&daemon_);
+}
+
+/* ---- busy network threads ------------------------------------------------------------------ */
+
+typedef struct slow_call {
+    char url[64];
+    const char *token;
+    int code;
+} slow_call;
+
+/* Readiness.Check with a wait: each holds a network thread for at least a second (the waits
+ * beyond readiness_waiters_max are cut to one second, not to nothing). */
+static void *slow_call_main(void *arg)
+{
+    slow_call *sc = arg;
+    bfc_client *c = NULL;
+    bfc_options opts = {.token = sc->token, .timeout_ms = 10000, .retries = -1};
+    sc->code = -2;
+    if (bfc_open(&c, sc->url, &opts, NULL, 0) != BF_OK)
+        return NULL;
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    req.has_wait_ms = true;
+    req.wait_ms = 3000;
+    (void)bfc_call(c, &buzz__backfill__v1__readiness__descriptor, "Check", &req.base, NULL, NULL);
+    sc->code = bfc_last_status(c)->answered ? (int)bfc_last_status(c)->code : -1;
+    bfc_close(c);
+    return NULL;
+}
+
+/* Twice as many slow readiness waits on tcp as there are threads: an ipc caller is answered
+ * at once all the same, from its own pool. */
+static void test_ipc_served_while_tcp_is_busy(void **state)
+{
+    (void)state;
+    enum { THREADS = 2, CALLS = 4 * THREADS };
+    bd_options o = options(NULL);
+    o.threads = THREADS;
+    bd_start(&daemon_, &o); /* no schema: readiness is not ready, so a Check waits */
+    slow_call calls[CALLS];
+    pthread_t th[CALLS];
+    const char *token = bd_token(BFT_CAP_READINESS);
+    for (int i = 0; i < CALLS; i++) {
+        snprintf(calls[i].url, sizeof calls[i].url, "%s", daemon_.tcp_url);
+        calls[i].token = token;
+        assert_int_equal(pthread_create(&th[i], NULL, slow_call_main, &calls[i]), 0);
+    }
+    /* no wait answers before a second has passed, so for that second the tcp threads are all
+     * held (CALLS > THREADS): every ipc call in it must still be answered within its budget */
+    int64_t t0 = now_ms();
+    int64_t took = 0;
+    int code = BD_SC(OK);
+    int rounds = 0;
+    while (code == BD_SC(OK) && now_ms() - t0 < 900) {
+        code = proper_whoami(daemon_.ipc_url, NULL, 500, &took);
+        rounds++;
+    }
+    for (int i = 0; i < CALLS; i++)
+        pthread_join(th[i], NULL);
+    if (code != BD_SC(OK))
+        fail_msg("ipc call %d while tcp was busy: %d after %lld ms", rounds, code, (long long)took);
+    for (int i = 0; i < CALLS; i++)
+        assert_int_equal(calls[i].code, BD_SC(OK));
+    bd_stop(&daemon_);
+}
+
+/* ---- pump and reset ------------------------------------------------------------------------ */
+
+/* Peers pump requests into connections and reset them while the daemon is still reading:
+ * this can wedge nng 1.5.2's reaper (a descriptor then never comes back). Either the daemon
+ * releases everything, or it notices and exits 1 within the probe's bound. */
+static void test_pump_and_reset_is_detected(void **state)
+{
+    (void)state;
+    enum { PUMPS = 4, ROUNDS = 3, PUMP_MS = 1500 };
+    bd_options o = options(NULL);
+    bd_start(&daemon_, &o);
+    int idle = idle_fds();
+    for (int round = 0; round < ROUNDS; round++) {
+        raw_peer peers[PUMPS];
+        for (int i = 0; i < PUMPS; i++)
+            peers[i] = raw_tcp(NULL, true);
+        int64_t t0 = now_ms();
+        while (now_ms() - t0 < PUMP_MS) {
+            struct pollfd pfd[PUMPS];
+            for (int i = 0; i < PUMPS; i++) {
+                (void)raw_pump(&peers[i], -1);
+                pfd[i] = (struct pollfd){.fd = peers[i].fd, .events = POLLOUT};
+            }
+            (void)poll(pfd, PUMPS, 5);
+        }
+        for (int i = 0; i < PUMPS; i++)
+            raw_reset(&peers[i]);
+        int64_t reset = now_ms();
+        /* released, or detected: the probe runs every second and gives up after its bound */
+        int64_t until = reset + 1000 + SRV_TRANSPORT_WEDGE_MS + SRV_TRANSPORT_STOP_BOUND_MS + 2000;
+        for (;;) {
+            int st;
+            if (waitpid(daemon_.pid, &st, WNOHANG) == daemon_.pid) {
+                daemon_.pid = 0;
+                int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                if (status != 1 || !bd_log_contains(&daemon_, "nng stopped releasing closed"))
+                    fail_msg("the daemon exited with %d after round %d; see %s", status, round,
+                             daemon_.log);
+                print_message("nng wedged in round %d; the daemon exited 1 after %lld ms\n", round,
+                              (long long)(now_ms() - reset));
+                return;
+            }
+            if (daemon_fds() == idle)
+                break;
+            if (now_ms() > until)
+                fail_msg("after round %d the daemon holds %d descriptors (%d idle) and did not "
+                         "notice; see %s",
+                         round, daemon_fds(), idle, daemon_.log);
+            struct timespec ts = {0, 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    print_message("nng did not wedge in %d rounds; every descriptor came back\n", ROUNDS);
+    expect_served("ipc after the pumps", daemon_.ipc_url, NULL);
+    bd_stop(&daemon_);
+}
+
+/* ---- fixture ------------------------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    raw_envelope_init();
+    pg = bd_suite_open("hostile");
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    bd_suite_close(daemon_.pid > 0 ? &daemon_ : NULL, pg, false);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slow_readers_do_not_hold_the_daemon),
+        cmocka_unit_test(test_sigterm_with_slow_readers_is_bounded),
+        cmocka_unit_test(test_idle_flood_beyond_the_caps),
+        cmocka_unit_test(test_ipc_served_while_tcp_is_busy),
+        cmocka_unit_test(test_pump_and_reset_is_detected),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
