@@ -276,7 +276,7 @@ auto_backfill = off               # manual mode: operators start backfills, no r
 workers = $workers
 threads = 4
 lease_ms = 10000                  # a crashed worker's claim is taken over after 10 s
-statement_timeout_ms = 10000
+statement_timeout_ms = 5000       # the lease must outlast step_ms + this and lock_timeout_ms
 log_level = $log_level
 CONF
 }

@@ -639,6 +639,15 @@ static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
         return config_fail(diag, cap, bad,
                            "%s: token_audience must be 1 to %d bytes without control characters",
                            config_origin(cfg, "token_audience"), BFT_NAME_MAX - 1);
+    /* a lease that a working owner can outlast would be taken over (and its attempt counted)
+     * while the owner still works within its timeouts */
+    bf_config lease = {.lease_ms = cfg->lease_ms,
+                       .statement_timeout_ms = cfg->statement_timeout_ms,
+                       .lock_timeout_ms = cfg->lock_timeout_ms,
+                       .step_ms = cfg->step_ms};
+    char why[192];
+    if (bf_config_check(&lease, why, sizeof why) != BF_OK)
+        return config_fail(diag, cap, bad, "%s: %s", config_origin(cfg, "lease_ms"), why);
     return BF_OK;
 }
 

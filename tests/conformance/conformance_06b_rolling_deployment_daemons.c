@@ -18,20 +18,23 @@
  *                 transaction; the other process is stopped (SIGSTOP) so that C is the only
  *                 live process when the lease expires: C never claims (the row keeps the dead
  *                 owner's claim and generation although workers were woken). The survivor is
- *                 continued and takes over after the lease with a new generation; its batch
- *                 waits at the barrier beside the orphaned statement of the dead owner. Then
- *                 the barrier opens: the orphaned statement is rejected by the generation fence
- *                 (no row is repaired twice: counter = 1 everywhere), the survivor completes the
- *                 backfill from the committed checkpoint, and its readiness opens. The test
+ *                 continued and takes over after the lease with a new generation (the dead
+ *                 owner's orphaned statement has ended by then: the daemon keeps
+ *                 statement_timeout inside the lease). While the survivor's batch waits at the
+ *                 barrier, an operator pauses and resumes the ID through C's admin API, and a
+ *                 worker claims it again: the first batch is now stale and waits beside the
+ *                 new one. Then the barrier opens: the stale batch is rejected by the
+ *                 generation fence (no row is repaired twice: counter = 1 everywhere), the
+ *                 backfill completes from the committed checkpoint, and readiness opens. The test
  *                 definition's mutation is deliberately not idempotent (every selected row gets
  *                 counter + 1), so the fence alone stands between a stale batch and a second
  *                 application.
  * C's innocence is observed over a window (the lease has expired, every worker was woken by a
  * notification, then two of C's one-second idle polls pass): a negative cannot be awaited.
  *
- * Guards proved across processes: generation fencing of the batch statement (registry.c fence,
- * buzz_backfill.batch_verdict) against a stale owner's commit (without it the dead owner's
- * batch commits and 50 rows are applied twice); takeover only after the lease (worker.c
+ * Guards proved across processes: the batch fence (registry.c add_fence: generation and claim
+ * owner, with buzz_backfill.batch_verdict) against a stale batch's commit (without it the stale
+ * batch commits and 50 rows are applied twice; conformance_01 proves the generation alone); takeover only after the lease (worker.c
  * claim_sql "claim_expires_at <= clock_timestamp()": without it the other process takes the
  * live owner's claim). Also exercised here, and falsified at the engine level by
  * conformance_06: registration as an idempotent upsert by stable ID (backfill.c bf_register)
@@ -241,17 +244,30 @@ static void test_either_claims_and_the_stale_owner_is_fenced(void **state)
     assert_int_equal(generation(), gen);
     assert_false(claimed_by(&c_proc));
 
-    /* the survivor takes over with a new generation; its batch meets the barrier too */
+    /* the dead owner's orphaned statement ended at its statement_timeout, which the daemon
+     * keeps inside the lease: no stale statement outlives the claim it started under */
+    bt_wait_backend_gone(pg, orphan);
+    /* the survivor takes over with a new generation; its batch meets the barrier */
     assert_int_equal(kill(survivor->pid, SIGCONT), 0);
     for (int i = 0; i < 60000 && owner_pid() != survivor->pid; i++)
         bd_sleep_ms(1);
     assert_int_equal(owner_pid(), survivor->pid);
-    assert_true(generation() > gen);
-    bt_wait_waiters(pg, BARRIER, 2);
+    long long taken = generation();
+    assert_true(taken > gen);
+    bt_wait_waiters(pg, BARRIER, 1);
 
-    /* open the barrier: the dead owner's statement meets the fence, the survivor completes */
+    /* an operator's pause and resume, through C (which lacks the definition but serves the
+     * admin API), make that batch stale while it waits; a worker claims again at a newer
+     * generation and its batch meets the barrier beside the stale one */
+    bfc_client *op = bd_client(c_proc.ipc_url, NULL, 10000, 3);
+    assert_int_equal(bd_control(op, "Pause", ID, NULL), BD_SC(OK));
+    assert_int_equal(bd_control(op, "Resume", ID, NULL), BD_SC(OK));
+    bfc_close(op);
+    bt_wait_waiters(pg, BARRIER, 2);
+    assert_true(generation() > taken + 2);
+
+    /* open the barrier: the stale batch meets the fence, the new claim completes the run */
     bt_unlock(holder, BARRIER);
-    bt_wait_backend_gone(pg, orphan);
     for (int i = 0; i < 60000; i++) { /* until the lifecycle settles: completed (or failed) */
         if (bt_int(pg, "SELECT count(*) FROM buzz_backfill.backfill WHERE id = '" ID "'"
                        " AND state IN ('completed', 'failed', 'blocked')") == 1)

@@ -395,7 +395,7 @@ static void test_on_off(void **state)
     const char *db = fresh_db("c13_onoff", &pg);
     bd_daemon d;
     bd_options o = opts(db, true, false);
-    o.lease_ms = 1000;
+    o.lease_ms = 5000; /* statement_timeout_ms: the lease less a step (daemon.c) */
     bd_start(&d, &o);
     bd_wait_log(&d, "startup complete");
     assert_int_equal(bt_int(pg, "SELECT max(version) FROM buzz_backfill.schema_migration"),
@@ -422,15 +422,16 @@ static void test_on_off(void **state)
         bt_int(pg, "SELECT generation FROM buzz_backfill.backfill WHERE id = '%s'", REQ);
     bd_kill(&d);
     bd_start(&d, &o);
-    /* the next process takes over after the lease; its batch meets the barrier too */
-    bt_wait_waiters(pg, K_REQ, 2);
-    assert_true(bt_int(pg, "SELECT generation FROM buzz_backfill.backfill WHERE id = '%s'", REQ) >
-                gen);
+    /* the orphan's statement ends at its statement_timeout, within the lease; the next process
+     * takes over after the lease and its batch meets the barrier too */
+    bt_wait_backend_gone(pg, orphan);
+    while (bt_int(pg, "SELECT generation FROM buzz_backfill.backfill WHERE id = '%s'", REQ) <= gen)
+        bd_sleep_ms(5);
+    bt_wait_waiters(pg, K_REQ, 1);
     r = check(&d, true, false);
     assert_true(r->ready);
     bd_free(r);
     bt_unlock(holder, K_REQ);
-    bt_wait_backend_gone(pg, orphan);
     wait_state(pg, REQ, "completed");
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM c13_items WHERE counter <> 1"
                                 " OR fixed IS DISTINCT FROM val * 2"),

@@ -484,6 +484,20 @@ static void test_listen_port_range(void **state)
                     "listen entry 1: expected host:port", NULL);
 }
 
+/* The lease must outlast a step's CALL and a lock wait (config.c config_validate with
+ * bf_config_check): a shorter one would be taken over while its owner still works. */
+static void test_lease_outlasts_timeouts(void **state)
+{
+    (void)state;
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlease_ms = 5000\n"
+                              "statement_timeout_ms = 5000"),
+                    "lease_ms (5000) must be longer than step_ms + statement_timeout_ms (5200)",
+                    "Hunter2xyz");
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlease_ms = 5000\n"
+                              "statement_timeout_ms = 1000\nlock_timeout_ms = 6000"),
+                    "and lock_timeout_ms (6000)", NULL);
+}
+
 static void test_listen_host_resolves(void **state)
 {
     (void)state;
@@ -644,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_help_documents_every_key),
         cmocka_unit_test(test_listen_port_range),
         cmocka_unit_test(test_listen_host_resolves),
+        cmocka_unit_test(test_lease_outlasts_timeouts),
         cmocka_unit_test(test_ipc_directory_exists),
         cmocka_unit_test(test_ipc_path_not_a_regular_file),
         cmocka_unit_test(test_database_url_port),

@@ -154,7 +154,10 @@ static void daemon_start(daemon_proc *d, ...)
     argv[n++] = BUZZ_DEMO_MODULE_PATH;
     argv[n++] = "--workers";
     argv[n++] = "2";
-    /* batches wait for the test's table lock instead of timing out */
+    /* batches wait for the test's table lock instead of timing out (and the lease outlasts
+     * such a wait, as the daemon requires) */
+    argv[n++] = "--lease-ms";
+    argv[n++] = "1200000";
     argv[n++] = "--lock-timeout-ms";
     argv[n++] = "600000";
     argv[n++] = "--statement-timeout-ms";

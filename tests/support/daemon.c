@@ -364,9 +364,13 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     fprintf(f, "threads = %d\n", o->threads > 0 ? o->threads : 4);
     fprintf(f, "lease_ms = %d\n", o->lease_ms > 0 ? o->lease_ms : 30000);
     /* batches and validations wait at the tests' barriers instead of timing out */
+    /* by default as long as the lease allows (it must outlast step_ms + statement_timeout_ms and
+     * lock_timeout_ms), so that barriers wait instead of timing out */
+    int lease = o->lease_ms > 0 ? o->lease_ms : 30000;
+    int longest = lease - 200 - 1 > 1 ? lease - 200 - 1 : 1;
     fprintf(f, "statement_timeout_ms = %d\nlock_timeout_ms = %d\n",
-            o->statement_timeout_ms > 0 ? o->statement_timeout_ms : 120000,
-            o->lock_timeout_ms > 0 ? o->lock_timeout_ms : 120000);
+            o->statement_timeout_ms > 0 ? o->statement_timeout_ms : longest,
+            o->lock_timeout_ms > 0 ? o->lock_timeout_ms : longest);
     if (o->step_batches > 0)
         fprintf(f, "step_batches = %d\n", o->step_batches);
     if (o->request_retention_s > 0)

@@ -76,8 +76,8 @@ typedef struct bd_options {
     int workers;       /* worker threads (0: serve only) */
     int threads;       /* transport threads */
     int lease_ms;
-    int statement_timeout_ms; /* 0: 120000 (barriers wait instead of timing out) */
-    int lock_timeout_ms;      /* 0: 120000 */
+    int statement_timeout_ms; /* 0: as long as the lease allows (lease - step_ms - 1) */
+    int lock_timeout_ms;      /* 0: the same */
     int step_batches;         /* 0: the daemon's default */
     int request_retention_s;  /* 0: default */
     const char *log_level;
