@@ -55,6 +55,7 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "sp_peer.h"
 #include "transport.h"
 
 #define SLOW_READERS  4    /* per listener kind, as in the issue */
@@ -72,148 +73,28 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- raw SP peers -------------------------------------------------------------------------- */
+/* ---- raw SP peers (tests/support/sp_peer.c) ------------------------------------------------ */
 
-typedef struct raw_peer {
-    int fd;
-    bool ipc;   /* ipc frames carry a message type byte before the length */
-    size_t off; /* bytes of the current frame already written */
-    int sent;   /* whole frames written */
-} raw_peer;
-
-/* A REQ envelope for Admin.WhoAmI without a token, as raw SP wants it. */
-static uint8_t envelope[64];
-static size_t envelope_len;
-
-static void raw_envelope_init(void)
-{
-    Buzz__Backfill__V1__RequestEnvelope env = BUZZ__BACKFILL__V1__REQUEST_ENVELOPE__INIT;
-    env.method = "buzz.backfill.v1.Admin.WhoAmI";
-    env.has_body = true;
-    env.body.len = 0;
-    assert_true(buzz__backfill__v1__request_envelope__get_packed_size(&env) <= sizeof envelope);
-    envelope_len = buzz__backfill__v1__request_envelope__pack(&env, envelope);
-}
-
-/* The SP handshake of a REQ peer: 00 'S' 'P' 00, protocol 0x0030 (REQ), 2 zero bytes. */
-static void raw_hello(int fd)
-{
-    static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
-    assert_int_equal(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
-}
-
-/* A tiny receive buffer, so the daemon's replies back up at once. */
-static void raw_small_rcvbuf(int fd)
-{
-    int small = 4096;
-    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-}
+typedef sp_peer raw_peer;
 
 static int raw_tcp_port(void)
 {
-    const char *colon = strrchr(daemon_.tcp_url, ':');
-    assert_non_null(colon);
-    return atoi(colon + 1);
+    return sp_url_port(daemon_.tcp_url);
 }
 
-/* A tcp connection from source address src ("127.0.0.2"; NULL: any), with the handshake. */
 static raw_peer raw_tcp(const char *src, bool hello)
 {
-    raw_peer p = {.fd = socket(AF_INET, SOCK_STREAM, 0), .ipc = false};
-    assert_true(p.fd >= 0);
-    raw_small_rcvbuf(p.fd);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    if (src != NULL) {
-        assert_int_equal(inet_pton(AF_INET, src, &a.sin_addr), 1);
-        assert_int_equal(bind(p.fd, (struct sockaddr *)&a, sizeof a), 0);
-    }
-    a.sin_port = htons((uint16_t)raw_tcp_port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(p.fd, (struct sockaddr *)&a, sizeof a), 0);
-    if (hello)
-        raw_hello(p.fd);
-    return p;
+    return sp_tcp(raw_tcp_port(), src, hello);
 }
 
 static raw_peer raw_ipc(void)
 {
-    raw_peer p = {.fd = socket(AF_UNIX, SOCK_STREAM, 0), .ipc = true};
-    assert_true(p.fd >= 0);
-    raw_small_rcvbuf(p.fd);
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    const char *path = daemon_.ipc_url + strlen("ipc://");
-    assert_true(strlen(path) < sizeof a.sun_path);
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    assert_int_equal(connect(p.fd, (struct sockaddr *)&a, sizeof a), 0);
-    raw_hello(p.fd);
-    return p;
+    return sp_ipc(daemon_.ipc_url);
 }
 
-/* One request frame: [0x01 on ipc] 64-bit big-endian length, the 32-bit request id with the
- * high bit set, the envelope. */
-static size_t raw_frame(const raw_peer *p, uint32_t id, uint8_t *out)
-{
-    size_t n = 0;
-    if (p->ipc)
-        out[n++] = 1;
-    uint64_t len = envelope_len + 4;
-    for (int i = 0; i < 8; i++)
-        out[n++] = (uint8_t)(len >> (56 - 8 * i));
-    uint32_t rid = id | 0x80000000u;
-    for (int i = 0; i < 4; i++)
-        out[n++] = (uint8_t)(rid >> (24 - 8 * i));
-    memcpy(out + n, envelope, envelope_len);
-    return n + envelope_len;
-}
-
-/* Write as much of the next frames as the socket takes without blocking, up to `until` frames
- * (negative: no limit). false once the daemon closed the connection. */
-static bool raw_pump(raw_peer *p, int until)
-{
-    uint8_t frame[128];
-    while (until < 0 || p->sent < until) {
-        size_t len = raw_frame(p, (uint32_t)p->sent + 1, frame);
-        ssize_t w = send(p->fd, frame + p->off, len - p->off, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return true;
-        if (w < 0)
-            return false;
-        p->off += (size_t)w;
-        if (p->off == len) {
-            p->off = 0;
-            p->sent++;
-        }
-    }
-    return true;
-}
-
-/* Pipeline `count` requests into every peer (never reading), within WAIT_MS. NULL, or what
- * went wrong (no cmocka call: this may run on a thread of its own). */
 static const char *raw_pipeline(raw_peer *peers, size_t n, int count)
 {
-    int64_t until = now_ms() + WAIT_MS;
-    for (;;) {
-        bool done = true;
-        struct pollfd pfd[2 * SLOW_READERS];
-        size_t np = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!raw_pump(&peers[i], count))
-                return "the daemon closed a connection before its requests were sent";
-            if (peers[i].sent < count) {
-                done = false;
-                pfd[np++] = (struct pollfd){.fd = peers[i].fd, .events = POLLOUT};
-            }
-        }
-        if (done)
-            return NULL;
-        if (now_ms() > until)
-            return "the daemon stopped reading pipelined requests";
-        (void)poll(pfd, np, 100);
-    }
+    return sp_pipeline(peers, n, count, WAIT_MS);
 }
 
 typedef struct pipeline_job {
@@ -230,65 +111,9 @@ static void *pipeline_main(void *arg)
     return NULL;
 }
 
-/* true once the daemon closed (or reset) this connection. */
-static bool raw_closed_by_daemon(const raw_peer *p)
-{
-    struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
-    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-/* Bytes the peer has sent that the daemon has not read yet: still in the peer's send queue
- * (SIOCOUTQ) or in the daemon side's receive queue (/proc/net/tcp rx_queue; 0 for ipc, where
- * the send queue holds what the daemon has not read). -1 when it cannot be told. */
-static long raw_unread(const raw_peer *p)
-{
-    int outq = 0;
-    if (ioctl(p->fd, SIOCOUTQ, &outq) != 0)
-        return -1;
-    if (p->ipc || outq > 0)
-        return outq;
-    struct sockaddr_in me;
-    socklen_t len = sizeof me;
-    if (getsockname(p->fd, (struct sockaddr *)&me, &len) != 0)
-        return -1;
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    long unread = -1;
-    unsigned daemon_port = (unsigned)raw_tcp_port(), my_port = ntohs(me.sin_port);
-    while (unread < 0 && fgets(line, sizeof line, f) != NULL) {
-        unsigned lport = 0, rport = 0;
-        unsigned long tx = 0, rx = 0;
-        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %*x %lx:%lx", &lport, &rport, &tx, &rx) == 4 &&
-            lport == daemon_port && rport == my_port)
-            unread = (long)rx;
-    }
-    fclose(f);
-    return unread;
-}
-
-/* Wait until the daemon has read everything p sent (then no read of it is in progress, and
- * closing it cannot meet nng 1.5.2's close race). */
 static void raw_wait_read(const raw_peer *p)
 {
-    int64_t until = now_ms() + WAIT_MS;
-    long unread;
-    while ((unread = raw_unread(p)) != 0) {
-        if (now_ms() > until)
-            fail_msg("the daemon left %ld bytes of a peer unread", unread);
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* Close with a reset (unread data is discarded, the daemon sees ECONNRESET). */
-static void raw_reset(raw_peer *p)
-{
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    (void)setsockopt(p->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(p->fd);
-    p->fd = -1;
+    sp_wait_read(p, WAIT_MS);
 }
 
 /* ---- the daemon ---------------------------------------------------------------------------- */
@@ -441,7 +266,7 @@ static void test_slow_readers_do_not_hold_the_daemon(void **state)
     /* every ipc slow reader is dropped once it has stopped sending */
     int64_t until = now_ms() + WAIT_MS;
     for (int i = SLOW_READERS; i < 2 * SLOW_READERS; i++) {
-        while (!raw_closed_by_daemon(&peers[i])) {
+        while (!sp_closed_by_daemon(&peers[i])) {
             if (now_ms() > until)
                 fail_msg("slow reader %d (%s) was never dropped; see %s", i,
                          peers[i].ipc ? "ipc" : "tcp", daemon_.log);
@@ -451,7 +276,7 @@ static void test_slow_readers_do_not_hold_the_daemon(void **state)
     }
     assert_true(bd_log_contains(&daemon_, "stopped serving a connection that does not read"));
     for (int i = 0; i < SLOW_READERS; i++)
-        if (!raw_closed_by_daemon(&peers[i]))
+        if (!sp_closed_by_daemon(&peers[i]))
             raw_wait_read(&peers[i]);
     for (int i = 0; i < 2 * SLOW_READERS; i++)
         close(peers[i].fd);
@@ -484,8 +309,8 @@ static void test_sigterm_with_slow_readers_is_bounded(void **state)
     /* keep pumping into the first tcp and ipc connections until the daemon has exited */
     int status = -1;
     for (;;) {
-        (void)raw_pump(&peers[0], -1);
-        (void)raw_pump(&peers[SLOW_READERS], -1);
+        (void)sp_pump(&peers[0], -1);
+        (void)sp_pump(&peers[SLOW_READERS], -1);
         int st;
         pid_t r = waitpid(daemon_.pid, &st, WNOHANG);
         if (r == daemon_.pid) {
@@ -543,7 +368,7 @@ static void test_idle_flood_beyond_the_caps(void **state)
     while (open != CAP) {
         open = 0;
         for (int i = 0; i < FLOOD; i++)
-            open += !raw_closed_by_daemon(&flood[i]);
+            open += !sp_closed_by_daemon(&flood[i]);
         if (open != CAP && now_ms() > until)
             fail_msg("%d flood connections stay open, the cap is %d; see %s", open, CAP,
                      daemon_.log);
@@ -555,7 +380,7 @@ static void test_idle_flood_beyond_the_caps(void **state)
     for (int s = 0; s < SOURCES; s++) {
         int from = 0;
         for (int i = 0; i < PER_SOURCE; i++)
-            from += !raw_closed_by_daemon(&flood[s * PER_SOURCE + i]);
+            from += !sp_closed_by_daemon(&flood[s * PER_SOURCE + i]);
         if (from > PER_PEER)
             fail_msg("source %d keeps %d connections, the cap per peer is %d", s, from, PER_PEER);
     }
@@ -566,7 +391,7 @@ static void test_idle_flood_beyond_the_caps(void **state)
      * REQ client leaks its request when every connection is refused like this) */
     raw_peer late = raw_tcp(NULL, true);
     until = now_ms() + WAIT_MS;
-    while (!raw_closed_by_daemon(&late)) {
+    while (!sp_closed_by_daemon(&late)) {
         if (now_ms() > until)
             fail_msg("a connection beyond the cap was admitted; see %s", daemon_.log);
         struct pollfd pfd = {.fd = late.fd, .events = POLLRDHUP};
@@ -668,13 +493,13 @@ static void test_pump_and_reset_is_detected(void **state)
         while (now_ms() - t0 < PUMP_MS) {
             struct pollfd pfd[PUMPS];
             for (int i = 0; i < PUMPS; i++) {
-                (void)raw_pump(&peers[i], -1);
+                (void)sp_pump(&peers[i], -1);
                 pfd[i] = (struct pollfd){.fd = peers[i].fd, .events = POLLOUT};
             }
             (void)poll(pfd, PUMPS, 5);
         }
         for (int i = 0; i < PUMPS; i++)
-            raw_reset(&peers[i]);
+            sp_reset(&peers[i]);
         int64_t reset = now_ms();
         /* released, or detected: the probe runs every second and gives up after its bound */
         int64_t until = reset + 1000 + SRV_TRANSPORT_WEDGE_MS + SRV_TRANSPORT_STOP_BOUND_MS + 2000;
@@ -711,7 +536,6 @@ static int group_setup(void **state)
 {
     (void)state;
     signal(SIGPIPE, SIG_IGN);
-    raw_envelope_init();
     pg = bd_suite_open("hostile");
     return 0;
 }

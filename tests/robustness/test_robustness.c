@@ -22,6 +22,10 @@
  *   stop-validation  SIGSTOP the owner during validation
  *   pg-restart       PostgreSQL shut down immediately and restarted (scripts/pg.sh
  *                    crash-restart) while batches run
+ *   hostile-peers    slow readers (tcp peers pipelining requests, never reading) and a flood of
+ *                    idle connections beyond the caps against the daemon running a batch: its
+ *                    ipc listener answers within a second, batches go on, tcp answers again
+ *                    once the attacker has left
  *
  * Bounds asserted: a takeover after a stop or kill happens within ROB_LEASE_MS + ROB_POLL_MS
  * (the worker's idle poll) + ROB_BATCH_MS (one batch of the new owner, generous for a loaded
@@ -59,6 +63,7 @@
 
 #include "bt.h"
 #include "daemon.h"
+#include "sp_peer.h"
 
 #define ROB_LEASE_MS   3000
 #define ROB_STMT_MS    1500 /* statement and lock timeouts: the lease outlasts a step */
@@ -85,12 +90,13 @@ typedef enum fault {
     F_KILL_VALIDATION,
     F_STOP_VALIDATION,
     F_PG_RESTART,
+    F_HOSTILE_PEERS,
     F_COUNT
 } fault;
 
 static const char *const fault_names[F_COUNT] = {
     "kill-batch",      "stop-batch",      "stop-pre-fence", "stop-in-fence",
-    "kill-validation", "stop-validation", "pg-restart",
+    "kill-validation", "stop-validation", "pg-restart",     "hostile-peers",
 };
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -130,7 +136,7 @@ static bd_options rig_options(const rig *r)
     bd_options o = bd_defaults();
     o.conninfo = r->conninfo;
     o.definitions = "rob";
-    o.tcp = false;
+    o.tcp = true; /* for the hostile peers */
     o.workers = 2;
     o.lease_ms = ROB_LEASE_MS;
     o.statement_timeout_ms = ROB_STMT_MS;
@@ -402,7 +408,6 @@ static void rig_pg_restart(rig *r)
     if (took > stats.max_restart_ms)
         stats.max_restart_ms = took;
     rig_assert_no_double(r);
-    rig_control(r, "Pause", ids[0]);
     rig_assert_answers(r);
 }
 
@@ -439,6 +444,76 @@ static void rig_validation_fault(rig *r, int t, bool kill9)
     rig_continue(r, owner);
     if (!r->up[owner])
         rig_start_daemon(r, owner);
+}
+
+#define ROB_SLOW_READERS 4   /* tcp peers that pipeline requests and never read their replies */
+#define ROB_PIPELINED    500 /* requests each of them sends */
+#define ROB_FLOOD        200 /* idle tcp connections, beyond the per-listener cap (128) */
+
+/* Hostile peers against the daemon whose worker runs a batch: slow readers and a connection
+ * flood on its tcp listener while the batches go on; its ipc listener keeps answering within a
+ * second, the batches keep committing, and once the peers are gone tcp answers again. */
+static void rig_hostile_peers(rig *r)
+{
+    bt_lock(r->holder, B_DECL);
+    rig_control(r, "Resume", ids[0]);
+    int owner = rig_wait_owner_at(r, B_DECL, ids[0], NULL);
+    bd_daemon *d = &r->d[owner];
+    int port = sp_url_port(d->tcp_url);
+    static sp_peer slow[ROB_SLOW_READERS], flood[ROB_FLOOD];
+    for (int i = 0; i < ROB_SLOW_READERS; i++)
+        slow[i] = sp_tcp(port, NULL, true);
+    const char *err = sp_pipeline(slow, ROB_SLOW_READERS, ROB_PIPELINED, ROB_WAIT_MS);
+    if (err != NULL)
+        fail_msg("slow readers: %s", err);
+    for (int i = 0; i < ROB_FLOOD; i++)
+        flood[i] = sp_tcp(port, NULL, true);
+    /* the caps hold: one peer (127.0.0.1) keeps at most max_connections_per_peer (32) */
+    for (int64_t t0 = now_ms();; usleep(2000)) {
+        int open = 0;
+        for (int i = 0; i < ROB_FLOOD; i++)
+            open += !sp_closed_by_daemon(&flood[i]);
+        if (open + ROB_SLOW_READERS <= 32)
+            break;
+        if (now_ms() - t0 > ROB_WAIT_MS)
+            fail_msg("hostile peers: %d flood connections stay open", open);
+    }
+    long long cp0 = rig_checkpoint(r, ids[0]);
+    bt_unlock(r->holder, B_DECL);
+    for (int64_t t0 = now_ms(); rig_checkpoint(r, ids[0]) == cp0; usleep(1000))
+        if (now_ms() - t0 > ROB_WAIT_MS)
+            fail_msg("hostile peers: the batches stopped");
+    rig_control(r, "Pause", ids[0]); /* enough progress: the round's other faults need work */
+    for (int k = 0; k < 5; k++) {
+        int64_t t0 = now_ms();
+        bd_free(bd_get(r->c[owner], ids[0]));
+        if (now_ms() - t0 > 1000)
+            fail_msg("hostile peers: Admin.Get on ipc took %lld ms", (long long)(now_ms() - t0));
+    }
+    /* the attacker leaves: everything it sent has been read (closing a connection nng is
+     * reading can wedge nng 1.5.2, see docs/service.md), then it closes */
+    for (int i = 0; i < ROB_SLOW_READERS; i++) {
+        if (!sp_closed_by_daemon(&slow[i]))
+            sp_wait_read(&slow[i], ROB_WAIT_MS);
+        close(slow[i].fd);
+    }
+    for (int i = 0; i < ROB_FLOOD; i++)
+        close(flood[i].fd);
+    for (int64_t t0 = now_ms();; usleep(20000)) {
+        bfc_client *tcp = bd_client(d->tcp_url, bd_token(BFT_CAP_READ), 2000, -1);
+        Buzz__Backfill__V1__WhoAmIRequest req = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+        ProtobufCMessage *out = NULL;
+        int code = bd_call(tcp, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &req.base, &out);
+        bd_free(out);
+        bfc_close(tcp);
+        if (code == BD_SC(OK))
+            break;
+        if (now_ms() - t0 > ROB_WAIT_MS)
+            fail_msg("hostile peers: tcp does not answer after the attacker left (%d)", code);
+    }
+    rig_assert_no_double(r);
+    rig_control(r, "Pause", ids[0]);
+    rig_assert_answers(r);
 }
 
 /* The end of a round: run each backfill to the bound, fault its validation when asked,
@@ -489,6 +564,8 @@ static void rig_fault(rig *r, fault f)
 {
     if (f == F_PG_RESTART)
         rig_pg_restart(r);
+    else if (f == F_HOSTILE_PEERS)
+        rig_hostile_peers(r);
     else
         rig_batch_fault(r, f);
     stats.faults[f]++;
@@ -504,9 +581,9 @@ static void test_every_fault(void **state)
     (void)state;
     rig r;
     rig_setup(&r, "rob");
-    const fault faults[] = {F_KILL_BATCH,     F_STOP_BATCH, F_STOP_PRE_FENCE, F_STOP_IN_FENCE,
-                            F_STOP_PRE_FENCE, F_KILL_BATCH, F_PG_RESTART,     F_STOP_BATCH,
-                            F_STOP_IN_FENCE,  F_KILL_BATCH};
+    const fault faults[] = {F_KILL_BATCH,    F_HOSTILE_PEERS,  F_STOP_BATCH, F_STOP_PRE_FENCE,
+                            F_STOP_IN_FENCE, F_STOP_PRE_FENCE, F_KILL_BATCH, F_PG_RESTART,
+                            F_STOP_BATCH,    F_STOP_IN_FENCE,  F_KILL_BATCH};
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
         rig_fault(&r, faults[i]);
     bool vf[2] = {true, true}, k9[2] = {true, false};
@@ -571,6 +648,10 @@ static void test_soak(void **state)
         if (rand() % 4 == 0) {
             printf(" %s", fault_names[F_PG_RESTART]);
             rig_fault(&r, F_PG_RESTART);
+        }
+        if (rand() % 4 == 0) {
+            printf(" %s", fault_names[F_HOSTILE_PEERS]);
+            rig_fault(&r, F_HOSTILE_PEERS);
         }
         bool vf[2] = {rand() % 2 == 0, rand() % 2 == 0}, k9[2] = {rand() % 2 == 0, rand() % 2};
         for (int t = 0; t < 2; t++)
