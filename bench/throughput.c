@@ -256,8 +256,9 @@ static bench_sample bench_engine(bench_ctx *b, int batch)
         bench_die("engine setup: %s: %s", bf_err_str(err), e ? bf_engine_diag(e) : "");
 
     /* the engine's backend: the only buzz-backfill session on the bench database */
-    long pid = (long)bench_int(b->db, "SELECT pid FROM pg_stat_activity WHERE datname ="
-                                      " current_database() AND application_name LIKE 'buzz-backfill%'");
+    long pid =
+        (long)bench_int(b->db, "SELECT pid FROM pg_stat_activity WHERE datname ="
+                               " current_database() AND application_name LIKE 'buzz-backfill%'");
     if (b->opts.verbose)
         fprintf(stderr, "[engine] backend pid %ld\n", pid);
     bf_step_info info;

@@ -34,12 +34,12 @@
  *
  * Guards proved across processes: the batch fence (registry.c add_fence: generation and claim
  * owner, with buzz_backfill.batch_verdict) against a stale batch's commit (without it the stale
- * batch commits and 50 rows are applied twice; conformance_01 proves the generation alone); takeover only after the lease (worker.c
- * claim_sql "claim_expires_at <= clock_timestamp()": without it the other process takes the
- * live owner's claim). Also exercised here, and falsified at the engine level by
- * conformance_06: registration as an idempotent upsert by stable ID (backfill.c bf_register)
- * and claims restricted to IDs the process has a definition for (worker.c bf_worker_claim's
- * registry filter and worker_claim_id's lookup; two independent guards).
+ * batch commits and 50 rows are applied twice; conformance_01 proves the generation alone);
+ * takeover only after the lease (worker.c claim_sql "claim_expires_at <= clock_timestamp()":
+ * without it the other process takes the live owner's claim). Also exercised here, and falsified at
+ * the engine level by conformance_06: registration as an idempotent upsert by stable ID (backfill.c
+ * bf_register) and claims restricted to IDs the process has a definition for (worker.c
+ * bf_worker_claim's registry filter and worker_claim_id's lookup; two independent guards).
  */
 #include <setjmp.h>
 #include <signal.h>
