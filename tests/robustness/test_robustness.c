@@ -110,7 +110,8 @@ static struct {
     int64_t takeover_ms[ROB_MAX_SAMPLES];
     long n_takeovers;
     int64_t max_restart_ms;
-} stats;
+    long long min_left; /* fewest rows a backfill had left when its round's faults ended */
+} stats = {.min_left = -1};
 
 static int64_t now_ms(void)
 {
@@ -179,6 +180,12 @@ static int rig_owner(rig *r, const char *id, int64_t *generation)
     return owner;
 }
 
+static bool rig_state_is(rig *r, const char *id, const char *state)
+{
+    return bt_int(r->pg, "SELECT (state = '%s')::int FROM buzz_backfill.backfill WHERE id = '%s'",
+                  state, id) == 1;
+}
+
 /* Wait until the daemon that owns id's claim has a session waiting at barrier key (sessions are
  * named "buzz-backfill host:pid:wN"; a stale owner's batch may wait there too); its index. */
 static int rig_wait_owner_at(rig *r, int key, const char *id, int64_t *generation)
@@ -192,6 +199,9 @@ static int rig_wait_owner_at(rig *r, int key, const char *id, int64_t *generatio
                    " AND l.objid = %d AND split_part(a.application_name, ':', 2) = '%ld'",
                    key, (long)r->d[owner].pid) > 0)
             return owner;
+        if (key != B_VALID && !rig_state_is(r, id, "running"))
+            fail_msg("%s: left running while waiting for barrier %d (no work left for the fault?)",
+                     id, key);
         if (now_ms() - t0 > ROB_WAIT_MS)
             fail_msg("%s: its owner never reached barrier %d", id, key);
     }
@@ -407,14 +417,11 @@ static void rig_pg_restart(rig *r)
     int64_t took = now_ms() - t0;
     if (took > stats.max_restart_ms)
         stats.max_restart_ms = took;
+    /* enough progress: unbarriered, the batches would soon run to the bound, and the round's
+     * later batch faults need work left */
+    rig_control(r, "Pause", ids[0]);
     rig_assert_no_double(r);
     rig_assert_answers(r);
-}
-
-static bool rig_state_is(rig *r, const char *id, const char *state)
-{
-    return bt_int(r->pg, "SELECT (state = '%s')::int FROM buzz_backfill.backfill WHERE id = '%s'",
-                  state, id) == 1;
 }
 
 /* A validation fault on backfill t (resumed; the validation barrier held): fault the daemon
@@ -521,6 +528,11 @@ static void rig_hostile_peers(rig *r)
 static void rig_finish(rig *r, bool fault_validation[2], bool kill9[2])
 {
     for (int t = 0; t < 2; t++) {
+        long long left = ROB_ROWS - rig_checkpoint(r, ids[t]);
+        if (stats.min_left < 0 || left < stats.min_left)
+            stats.min_left = left;
+    }
+    for (int t = 0; t < 2; t++) {
         rig_control(r, "Resume", ids[t]);
         if (fault_validation[t])
             rig_validation_fault(r, t, kill9[t]);
@@ -620,6 +632,7 @@ static void print_summary(void)
            stats.n_takeovers, (long long)percentile(0.5), (long long)percentile(0.9),
            (long long)percentile(0.99), (long long)percentile(1.0), ROB_BOUND_MS);
     printf("progress after a PostgreSQL restart: max %lld ms\n", (long long)stats.max_restart_ms);
+    printf("rows left after a round's faults: min %lld of %d\n", stats.min_left, ROB_ROWS);
     fflush(stdout);
 }
 
