@@ -207,8 +207,10 @@ static void bench_table_check(bench_ctx *b, const char *variant)
 
 /* ---- variant: the engine --------------------------------------------------------------------- */
 
-static void bench_log(void *arg, bf_log_level level, const char *msg)
+static void bench_log(void *arg, const bf_log_record *rec)
 {
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg;
     const bench_ctx *b = arg;
     if (level >= BF_LOG_WARN || b->opts.verbose)
         fprintf(stderr, "[engine] %s\n", msg);

@@ -110,9 +110,11 @@ static void demo_usage(FILE *f)
             g_prog, g_prog, DEMO_MAX_WORKERS);
 }
 
-static void demo_log(void *arg, bf_log_level level, const char *msg)
+static void demo_log(void *arg, const bf_log_record *rec)
 {
     const demo_opts *opts = arg;
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg;
     if (level < BF_LOG_WARN && !(opts->verbose && level == BF_LOG_INFO))
         return;
     static const char *const names[] = {"debug", "info", "warning", "error"};

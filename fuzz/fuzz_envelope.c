@@ -39,11 +39,10 @@ static void fuzz_cleanup(void)
     rmdir(fuzz_dir);
 }
 
-static void fuzz_log(void *arg, bf_log_level level, const char *msg)
+static void fuzz_log(void *arg, const bf_log_record *rec)
 {
     (void)arg;
-    (void)level;
-    (void)msg; /* "could not audit ...": expected without a database */
+    (void)rec; /* "could not audit ...": expected without a database */
 }
 
 static void fuzz_init(void)

@@ -121,6 +121,16 @@ void bf__copy(char *dst, size_t cap, const char *src)
     bf__format(dst, cap, "%s", src ? src : "");
 }
 
+const char *bf_event_code(bf_event event)
+{
+    static const char *const codes[] = {
+#define BF_EVENT_CODE(name, code) code,
+        BF_EVENT_LIST(BF_EVENT_CODE)
+#undef BF_EVENT_CODE
+    };
+    return (unsigned)event < BF_EV_COUNT ? codes[event] : codes[BF_EV_NONE];
+}
+
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
 {
     if (e == NULL || e->log == NULL)
@@ -130,7 +140,10 @@ void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     bf__vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    e->log(e->log_arg, level, msg);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.msg = msg;
+    e->log(e->log_arg, &rec);
 }
 
 bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)

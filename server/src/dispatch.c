@@ -124,7 +124,10 @@ static void dispatch_log(const srv_context *ctx, bf_log_level level, const char 
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    ctx->engine_cfg.log(ctx->engine_cfg.log_arg, level, buf);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.msg = buf;
+    ctx->engine_cfg.log(ctx->engine_cfg.log_arg, &rec);
 }
 
 /* Make dst (cap bytes) client-safe text: control characters become '?', and when the text was

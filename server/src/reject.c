@@ -90,7 +90,10 @@ static void reject_log(const srv_rejects *r, bf_log_level level, const char *fmt
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    r->ctx->engine_cfg.log(r->ctx->engine_cfg.log_arg, level, buf);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.msg = buf;
+    r->ctx->engine_cfg.log(r->ctx->engine_cfg.log_arg, &rec);
 }
 
 static int64_t reject_wall_us(void)

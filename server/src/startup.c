@@ -50,8 +50,11 @@ void srv_log_setup(bf_log_level min_level)
     atomic_store(&log_min_level, (int)min_level);
 }
 
-void srv_log_sink(void *arg, bf_log_level level, const char *msg)
+void srv_log_sink(void *arg, const bf_log_record *rec)
 {
+    (void)arg;
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg != NULL ? rec->msg : "";
     if ((int)level < atomic_load(&log_min_level))
         return;
     char line[LOG_LINE_MAX + 32];
@@ -81,7 +84,10 @@ void srv_log(bf_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    srv_log_sink(NULL, level, msg);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.msg = msg;
+    srv_log_sink(NULL, &rec);
 }
 
 /* ---- signals ------------------------------------------------------------------------------- */

@@ -23,7 +23,7 @@
 
 void srv_log_setup(bf_log_level min_level);
 /* A bf_log_fn (engine, dispatcher and transport log through the context's engine_cfg.log). */
-void srv_log_sink(void *arg, bf_log_level level, const char *msg);
+void srv_log_sink(void *arg, const bf_log_record *rec);
 void srv_log(bf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- signals ------------------------------------------------------------------------------- */

@@ -23,7 +23,10 @@ void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, level, buf);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.msg = buf;
+    t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, &rec);
 }
 
 int64_t transport_now_ms(void)

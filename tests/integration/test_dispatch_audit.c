@@ -48,8 +48,10 @@ static bf_engine *engine;
 static PGconn *pg;
 static char last_log[512];
 
-static void capture_log(void *arg, bf_log_level level, const char *msg)
+static void capture_log(void *arg, const bf_log_record *rec)
 {
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg;
     (void)arg;
     if (level >= BF_LOG_WARN)
         snprintf(last_log, sizeof last_log, "%s", msg);

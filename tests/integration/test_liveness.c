@@ -59,8 +59,10 @@ static pthread_mutex_t log_mtx = PTHREAD_MUTEX_INITIALIZER;
 static char log_buf[1 << 20];
 static size_t log_len;
 
-static void capture_log(void *arg, bf_log_level level, const char *msg)
+static void capture_log(void *arg, const bf_log_record *rec)
 {
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg;
     (void)arg;
     if (level < BF_LOG_INFO)
         return;

@@ -143,8 +143,10 @@ char *bt_text(PGconn *c, const char *fmt, ...)
     return v;
 }
 
-static void bt_log(void *arg, bf_log_level level, const char *msg)
+static void bt_log(void *arg, const bf_log_record *rec)
 {
+    bf_log_level level = rec->level;
+    const char *msg = rec->msg;
     (void)arg;
     if (level >= BF_LOG_WARN || getenv("BT_VERBOSE") != NULL)
         fprintf(stderr, "[engine %d] %s\n", (int)level, msg);

@@ -34,7 +34,78 @@ extern "C" {
 #define BF_REQUEST_ID_MAX 64  /* bytes of a request ID, terminator included */
 
 typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR } bf_log_level;
-typedef void (*bf_log_fn)(void *arg, bf_log_level level, const char *msg);
+
+/*
+ * Stable event codes: the "event" of a JSON log line and what the service's metrics count. A
+ * code is never renamed or reused; new ones are appended. The engine reports every event to the
+ * log callback whatever the configured level (the callback filters what it prints), so counts
+ * taken there are complete.
+ */
+#define BF_EVENT_LIST(X)                                                                           \
+    X(NONE, "log")                      /* a plain message */                                      \
+    X(CLAIM_ACQUIRED, "claim.acquired") /* an unclaimed (or released) row */                       \
+    X(CLAIM_TAKEOVER, "claim.takeover") /* an expired owner's claim taken over */                  \
+    X(CLAIM_RENEWED, "claim.renewed")                                                              \
+    X(CLAIM_LOST, "claim.lost") /* renew or fence found it gone */                                 \
+    X(CLAIM_RELEASED, "claim.released")                                                            \
+    X(BATCH_COMMITTED, "batch.committed")     /* batches of one step: batches, rows... */          \
+    X(BATCH_FENCED_OUT, "batch.fenced_out")   /* stale owner rejected; nothing committed */        \
+    X(BATCH_ROLLED_BACK, "batch.rolled_back") /* reason: error class or "stop" */                  \
+    X(ATTEMPT_RETRY, "attempt.retry")         /* retryable error, backoff scheduled */             \
+    X(BACKFILL_BLOCKED, "backfill.blocked")                                                        \
+    X(BACKFILL_FAILED, "backfill.failed")         /* retries exhausted or validation failed */     \
+    X(BACKFILL_VALIDATING, "backfill.validating") /* the checkpoint reached the bound */           \
+    X(VALIDATION_PASSED, "validation.passed")     /* the backfill completed */                     \
+    X(VALIDATION_FAILED, "validation.failed")                                                      \
+    X(ACTION_APPLIED, "action.applied") /* an operator action changed a row */                     \
+    X(ACTION_REJECTED, "action.rejected")                                                          \
+    X(DB_CONNECTION_LOST, "db.connection_lost")                                                    \
+    X(DB_CONNECTION_RESTORED, "db.connection_restored")                                            \
+    X(DB_NOTICE, "db.notice")                                                                      \
+    X(SCHEMA_MIGRATED, "schema.migrated")
+
+typedef enum bf_event {
+#define BF_EVENT_ENUM(name, code) BF_EV_##name,
+    BF_EVENT_LIST(BF_EVENT_ENUM)
+#undef BF_EVENT_ENUM
+        BF_EV_COUNT
+} bf_event;
+
+/* The stable code of an event ("claim.takeover"); "log" for an unknown value. */
+const char *bf_event_code(bf_event event);
+
+/*
+ * One log record. Fields that do not apply are NULL or -1. Text fields are bounded and
+ * redacted like every diagnostic (no row values, query text, DSNs or tokens); reason is from a
+ * bounded vocabulary (a SQLSTATE class such as "40", "stop", "fence", "timeout"), never free
+ * text, so it may label a metric. Valid only during the callback.
+ */
+typedef struct bf_log_record {
+    bf_log_level level;
+    bf_event event;
+    const char *msg;        /* human-readable, one line */
+    const char *id;         /* stable ID */
+    int64_t generation;     /* claim generation */
+    const char *checkpoint; /* checkpoint as text after the event */
+    long batch_size;        /* configured batch size of the definition */
+    long batches;           /* batches committed by the step (BATCH_COMMITTED) */
+    long rows;              /* keys they passed */
+    long touched;           /* rows their mutations changed */
+    int64_t duration_us;    /* the step, batch or validation pass the event ends */
+    const char *reason;     /* bounded vocabulary, see above */
+} bf_log_record;
+
+/* The record with every optional field absent. */
+#define BF_LOG_RECORD_INIT                                                                         \
+    {                                                                                              \
+        .level = BF_LOG_INFO, .event = BF_EV_NONE, .msg = "", .id = NULL, .generation = -1,        \
+        .checkpoint = NULL, .batch_size = -1, .batches = -1, .rows = -1, .touched = -1,            \
+        .duration_us = -1, .reason = NULL                                                          \
+    }
+
+/* Called for every record at every level; the callee filters. Thread-safe callees only: every
+ * engine of a process may call it at once. */
+typedef void (*bf_log_fn)(void *arg, const bf_log_record *rec);
 
 typedef struct bf_config {
     const char *conninfo;     /* libpq connection string or URL */
