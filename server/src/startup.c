@@ -50,9 +50,20 @@ void srv_log_setup(bf_log_level min_level)
     atomic_store(&log_min_level, (int)min_level);
 }
 
+static bf_log_fn log_observer;
+static void *log_observer_arg;
+
+void srv_log_set_observer(bf_log_fn fn, void *arg)
+{
+    log_observer = fn;
+    log_observer_arg = arg;
+}
+
 void srv_log_sink(void *arg, const bf_log_record *rec)
 {
     (void)arg;
+    if (log_observer != NULL)
+        log_observer(log_observer_arg, rec);
     bf_log_level level = rec->level;
     const char *msg = rec->msg != NULL ? rec->msg : "";
     if ((int)level < atomic_load(&log_min_level))
