@@ -19,6 +19,7 @@ PACKAGES=(
     libsodium-dev
     libcmocka-dev
     libncurses-dev
+    libsystemd-dev
     clang
     libclang-rt-14-dev
     clang-format

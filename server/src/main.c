@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "notify.h"
 #include "startup.h"
 #include "transport.h"
 
@@ -64,6 +65,7 @@ static int daemon_run(const srv_config *cfg)
                 cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
         rc = srv_signals_serve(auth) ? 1 : 0;
     }
+    srv_notify_stopping();
 
     atomic_store(&ctx.shutting_down, true);
     srv_startup_stop(startup);

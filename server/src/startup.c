@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "notify.h"
 #include "startup.h"
 
 #define STARTUP_BACKOFF_MIN_MS  250
@@ -132,10 +133,24 @@ bool srv_signals_serve(srv_auth *auth)
 {
     sigset_t set;
     signals_set(&set);
+    /* the watchdog's keep-alive comes from this loop: it stops when signals are no longer
+     * served (the stop sequence then has its own bound, docs/service.md) */
+    uint64_t watchdog_us = srv_notify_watchdog_interval_us();
+    if (watchdog_us > 0)
+        srv_notify_watchdog();
     for (;;) {
         int sig = 0;
-        if (sigwait(&set, &sig) != 0)
+        if (watchdog_us > 0) {
+            struct timespec ts = {.tv_sec = (time_t)(watchdog_us / 1000000),
+                                  .tv_nsec = (long)(watchdog_us % 1000000) * 1000};
+            sig = sigtimedwait(&set, NULL, &ts);
+            if (sig < 0) {
+                srv_notify_watchdog();
+                continue;
+            }
+        } else if (sigwait(&set, &sig) != 0) {
             continue;
+        }
         if (sig != SIGHUP) {
             const char *why = atomic_load(&signals_fatal);
             if (why != NULL) {
@@ -147,7 +162,9 @@ bool srv_signals_serve(srv_auth *auth)
             return false;
         }
         char diag[256] = "";
+        srv_notify_reloading();
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
+        srv_notify_ready(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)
             srv_log(BF_LOG_INFO, "SIGHUP: trusted keys and revoked tokens reloaded");
         else
@@ -572,16 +589,25 @@ static void startup_prune_loop(srv_startup *s, bf_engine *e)
     } while (startup_pause(s, (int)interval));
 }
 
+static bool startup_notify_status(const char *status)
+{
+    srv_notify_status(status);
+    return true;
+}
+
 static void *startup_main(void *arg)
 {
     srv_startup *s = arg;
     srv_log(BF_LOG_INFO, "startup: auto_migrate=%s auto_backfill=%s",
             s->cfg->auto_migrate ? "on" : "off", s->cfg->auto_backfill ? "on" : "off");
+    srv_notify_status("connecting to the database");
     bf_engine *e = startup_connect(s, NULL);
-    if (e != NULL && startup_schema(s, e) && startup_register(s, e) &&
+    if (e != NULL && startup_notify_status("checking the schema") && startup_schema(s, e) &&
+        startup_notify_status("registering definitions") && startup_register(s, e) &&
         startup_start_required(s, e)) {
         startup_spawn_workers(s);
         srv_log(BF_LOG_INFO, "startup complete");
+        srv_notify_ready("serving");
         startup_prune_loop(s, e);
     }
     for (int i = 0; i < s->n_workers; i++)
