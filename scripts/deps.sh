@@ -20,6 +20,9 @@ PACKAGES=(
     libcmocka-dev
     libncurses-dev
     libsystemd-dev
+    scdoc
+    lintian
+    adduser
     clang
     libclang-rt-14-dev
     clang-format

@@ -18,6 +18,10 @@ Runs, stopping at the first failing stage:
   build       cmake build/ (RelWithDebInfo, BUZZ_WERROR=ON)
   postgres    scripts/pg.sh start; exports BUZZ_TEST_PG_URL
   test        ctest in build/
+  package     scripts/package.sh: the Debian packages in build-pkg/, lintian
+  pkg install scripts/package-test.sh: install them, check-config, run the
+              installed daemon and buzzctl against the cluster, purge, check
+              nothing is left (root only; skipped otherwise)
   asan build  cmake build-asan/ (Debug, BUZZ_SANITIZE=ON, BUZZ_WERROR=ON)
   asan test   ctest in build-asan/ with ASan/UBSan aborting on errors
   fuzz build  clang build-fuzz/ with BUZZ_FUZZ=ON (skipped without clang,
@@ -54,7 +58,7 @@ done
 cd "$ROOT"
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
-STAGES=(deps build postgres test "asan build" "asan test" "fuzz build" "fuzz run")
+STAGES=(deps build postgres test package "pkg install" "asan build" "asan test" "fuzz build" "fuzz run")
 declare -A RESULT=() DURATION=()
 T_START=$SECONDS
 FAILED_STAGE=""
@@ -209,6 +213,20 @@ stage_test()
     run_ctest build
 }
 
+stage_package()
+{
+    "$ROOT/scripts/package.sh"
+}
+
+stage_pkg_install()
+{
+    if ((EUID != 0)); then
+        skip_because "not root (apt-get install of the packages)"
+        return 77
+    fi
+    "$ROOT/scripts/package-test.sh"
+}
+
 stage_asan_build()
 {
     cmake -S . -B build-asan -DBUZZ_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DBUZZ_WERROR=ON
@@ -297,6 +315,8 @@ export BUZZ_TEST_PG_URL
 echo "BUZZ_TEST_PG_URL=$BUZZ_TEST_PG_URL"
 
 run_stage test stage_test
+run_stage package stage_package
+run_stage "pkg install" stage_pkg_install
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

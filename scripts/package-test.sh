@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The packaging stage of scripts/test.sh: install the packages scripts/package.sh built,
+# check the installed default configuration, run the installed daemon against the test
+# cluster ($BUZZ_TEST_PG_URL) and drive it with the installed buzzctl, then purge the
+# packages and check that nothing they installed or made is left. Needs root (apt-get).
+set -euo pipefail
+
+PROG="${0##*/}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PKGS=(buzz-backfilld buzzctl libbuzz-backfill1 libbuzz-backfill-dev)
+CONF=/etc/buzz-backfill/buzz-backfilld.conf
+SOCK=/run/buzz-backfill/admin.sock
+
+case "${1:-}" in
+-h | --help)
+    echo "Usage: $PROG   (after scripts/package.sh; root; BUZZ_TEST_PG_URL set)"
+    exit 0
+    ;;
+esac
+
+die()
+{
+    echo "$PROG: $*" >&2
+    exit 1
+}
+
+((EUID == 0)) || die "needs root (apt-get install/purge)"
+[[ -n "${BUZZ_TEST_PG_URL:-}" ]] || die "BUZZ_TEST_PG_URL is not set"
+shopt -s nullglob
+debs=("$ROOT"/build-pkg/*.deb)
+((${#debs[@]} == 4)) || die "expected 4 packages in build-pkg/ (run scripts/package.sh)"
+
+daemon_pid=""
+cleanup()
+{
+    if [[ -n "$daemon_pid" ]]; then
+        kill -TERM "$daemon_pid" 2>/dev/null || true
+        wait "$daemon_pid" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+echo "--- install"
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}"
+manifest="$(mktemp)"
+for p in "${PKGS[@]}"; do
+    dpkg -L "$p" >>"$manifest"
+done
+
+echo "--- what postinst made"
+getent passwd buzz-backfill >/dev/null || die "no buzz-backfill system user"
+[[ "$(stat -c '%a %U %G' "$CONF")" == "640 root buzz-backfill" ]] ||
+    die "$CONF: mode/owner $(stat -c '%a %U %G' "$CONF"), want 640 root buzz-backfill"
+[[ -d /run/buzz-backfill ]] || die "no /run/buzz-backfill"
+for page in buzz-backfilld.8 buzz-backfilld.conf.5 buzzctl.1; do
+    [[ -f "/usr/share/man/man${page##*.}/$page.gz" ]] || die "man page $page not installed"
+done
+pkg-config --exists libbuzz-backfill || die "pkg-config does not find libbuzz-backfill"
+
+echo "--- a program built against the installed -dev package (pkg-config)"
+work="$(mktemp -d)"
+cat >"$work/use.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <buzz/engine.h>
+int main(void)
+{
+    /* the installed headers and library agree on the error table and the event codes */
+    const char *name = bf_err_name(BF_ERR_STALE);
+    printf("%s %s\n", name, bf_event_code(BF_EV_CLAIM_TAKEOVER));
+    return strcmp(bf_event_code(BF_EV_CLAIM_TAKEOVER), "claim.takeover") != 0;
+}
+C
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror -o "$work/use" "$work/use.c" $(pkg-config --cflags --libs libbuzz-backfill)
+"$work/use"
+rm -rf "$work"
+
+echo "--- check-config of the installed default configuration"
+BUZZ_BACKFILL_CONFIG="$CONF" /usr/sbin/buzz-backfilld check-config >/dev/null
+
+echo "--- the installed daemon against the test cluster"
+db="buzz_pkg_$$"
+psql "$BUZZ_TEST_PG_URL" -qtAc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+db_url="${BUZZ_TEST_PG_URL%/*}/$db"
+chown buzz-backfill:buzz-backfill /run/buzz-backfill
+log="$(mktemp)"
+setpriv --reuid buzz-backfill --regid buzz-backfill --init-groups -- \
+    env BUZZ_BACKFILL_CONFIG="$CONF" \
+    BUZZ_BACKFILL_DATABASE_URL="$db_url" BUZZ_BACKFILL_AUTO_MIGRATE=on \
+    /usr/sbin/buzz-backfilld run 2>"$log" &
+daemon_pid=$!
+ok=0
+for _ in $(seq 1 300); do
+    if /usr/bin/buzzctl -u "ipc://$SOCK" --timeout 2000 ready >/dev/null 2>&1; then
+        ok=1
+        break
+    fi
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+done
+if ((!ok)); then
+    cat "$log" >&2
+    die "the installed daemon never became ready"
+fi
+/usr/bin/buzzctl -u "ipc://$SOCK" whoami
+/usr/bin/buzzctl -u "ipc://$SOCK" list
+/usr/bin/buzzctl -u "ipc://$SOCK" ready
+kill -TERM "$daemon_pid"
+rc=0
+wait "$daemon_pid" || rc=$?
+daemon_pid=""
+((rc == 0)) || {
+    cat "$log" >&2
+    die "the installed daemon exited $rc on SIGTERM"
+}
+psql "$BUZZ_TEST_PG_URL" -qtAc "DROP DATABASE $db WITH (FORCE)"
+rm -f "$log"
+
+echo "--- purge"
+DEBIAN_FRONTEND=noninteractive apt-get purge -y "${PKGS[@]}"
+left=0
+while read -r f; do
+    [[ -z "$f" || -d "$f" ]] && continue # directories may be shared (/usr/share/doc, ...)
+    if [[ -e "$f" || -L "$f" ]]; then
+        echo "left behind: $f" >&2
+        left=1
+    fi
+done <"$manifest"
+for d in /etc/buzz-backfill /run/buzz-backfill /usr/share/doc/buzz-backfilld /usr/include/buzz \
+    /usr/lib/x86_64-linux-gnu/cmake/BuzzBackfill; do
+    if [[ -e "$d" ]]; then
+        echo "left behind: $d" >&2
+        left=1
+    fi
+done
+if getent passwd buzz-backfill >/dev/null || getent group buzz-backfill >/dev/null; then
+    echo "left behind: the buzz-backfill user or group" >&2
+    left=1
+fi
+rm -f "$manifest"
+((left == 0)) || die "the purge left files behind"
+echo "$PROG: installed, ran, purged cleanly"
