@@ -48,6 +48,12 @@ rm -f "$OUT"/*.deb
 (cd "$OUT" && cpack -G DEB)
 ls -l "$OUT"/*.deb
 
+# the unit's exposure as systemd rates it (0 best .. 10 worst): fail above 2.0
+if command -v systemd-analyze >/dev/null 2>&1; then
+    systemd-analyze security --offline=yes --threshold=20 \
+        "$ROOT/packaging/systemd/buzz-backfilld.service" | tail -n 1
+fi
+
 if ((lint)); then
     if ! command -v lintian >/dev/null 2>&1; then
         echo "$PROG: lintian is not installed (scripts/deps.sh installs it)" >&2
