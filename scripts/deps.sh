@@ -21,6 +21,7 @@ PACKAGES=(
     libncurses-dev
     libsystemd-dev
     scdoc
+    bash-completion
     lintian
     adduser
     clang
