@@ -19,6 +19,8 @@ PACKAGES=(
     libsodium-dev
     libcmocka-dev
     libncurses-dev
+    libjson-c-dev
+    libvterm-dev
     clang
     libclang-rt-14-dev
     clang-format
