@@ -144,7 +144,7 @@ static void render_progress(char *buf, size_t cap, const bfc_dash_row *r)
             snprintf(buf, cap, "%s~%.0f%%", bar, r->fraction * 100.0);
     } else {
         /* no bar: the rows passed, or unknown */
-        const char *comma = strchr(r->v.progress, ',');
+        const char *comma = strstr(r->v.progress, ", ");
         char rows[40];
         size_t len = comma ? (size_t)(comma - r->v.progress) : strlen(r->v.progress);
         snprintf(rows, sizeof rows, "%.*s", (int)(len < 39 ? len : 39), r->v.progress);

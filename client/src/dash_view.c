@@ -265,6 +265,7 @@ void bfc_dash_apply_detail(bfc_dash_model *m, const Buzz__Backfill__V1__GetRespo
                            int64_t now_us)
 {
     bfc_dash_detail *d = &m->detail;
+    m->now_us = now_us;
     if (get_err != BF_OK || get == NULL || get->backfill == NULL) {
         bfc_fetch_error_from(&d->err, get_err == BF_OK ? BF_ERR_IO : get_err, get_st);
         d->stale = d->has_data;
