@@ -48,10 +48,10 @@ static void cmds_hint(FILE *f, const Buzz__Backfill__V1__Backfill *b, const char
         return;
     switch (b->state) {
     case BUZZ__BACKFILL__V1__STATE__BLOCKED:
-        fprintf(f, "hint: blocked: fix the cause shown in error, then run: buzzctl retry %s\n", id);
+        fprintf(f, "hint: blocked: fix the cause, then: buzzctl retry %s\n", id);
         break;
     case BUZZ__BACKFILL__V1__STATE__FAILED:
-        fprintf(f, "hint: failed: fix the cause shown in error, then run: buzzctl retry %s\n", id);
+        fprintf(f, "hint: failed: fix the cause, then: buzzctl retry %s\n", id);
         break;
     case BUZZ__BACKFILL__V1__STATE__PAUSED:
         fprintf(f, "hint: paused by an operator: buzzctl resume %s\n", id);
