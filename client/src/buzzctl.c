@@ -127,7 +127,8 @@ static const struct {
              "running time), ETA (~ estimate), claims, retries and errors; Enter for detail.\n"
              "Keys: S start, p pause, r resume, R retry, v validate (each asks y/n), / filter,\n"
              "s sort, ? help, q quit. A failed refresh keeps the last data, marked STALE.\n"
-             "--once prints one frame as text (exit 0 when the data was fetched).\n"
+             "--once prints one frame as text (exit 0 when the data was fetched; with a\n"
+             "running backfill it reads twice, --interval apart (default 1), for its rate).\n"
              "example: buzzctl dash --interval 2\n"},
     {"token", "usage: buzzctl token keygen|mint|inspect ...\nCapability tokens; see "
               "'buzzctl token --help'.\nexample: buzzctl token inspect --token-file op.token\n"},

@@ -302,8 +302,11 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
         if ((int)strlen(id) > id_w)
             id_w = (int)strlen(id);
     }
-    printf("%-*s %-10s %-14s %-10s %-9s%s\n", id_w, "ID", "STATE", "PROGRESS", "RATE", "ETA",
-           wide ? " GEN    CLAIM" : "");
+    if (wide)
+        printf("%-*s %-10s %-14s %-10s %-9s GEN    CLAIM\n", id_w, "ID", "STATE", "PROGRESS",
+               "RATE", "ETA");
+    else
+        printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
     for (size_t i = 0; i < shown->n; i++) {
         const Buzz__Backfill__V1__Backfill *b = shown->rows[i];
         bfc_view v;
@@ -319,9 +322,11 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             snprintf(rate_s, sizeof rate_s, "%.23s", v.rate);
         /* "~6.0s (est.)" -> "~6.0s": the ~ marks the estimate in the table */
         snprintf(eta, sizeof eta, "%.*s", (int)strcspn(v.eta, " "), v.eta);
-        printf("%-*s %-10s %-14s %-10s %-9s", id_w, v.id, v.state, prog, rate_s, eta);
         if (wide)
-            printf(" %-6s %s", v.generation, v.claim);
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %s", id_w, v.id, v.state, prog, rate_s, eta,
+                   v.generation, v.claim);
+        else
+            printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
         putchar('\n');
     }
     for (size_t i = 0; i < shown->n; i++) {

@@ -167,9 +167,18 @@ static void dash_print_frame(const bfc_dash_frame *f)
     }
 }
 
-static int dash_once(ctl *c, bfc_dash_model *m)
+/* One frame as text. A rate needs two reads of a running backfill: when one runs, a second
+ * refresh follows sample_s later (the frame shows the second). */
+static int dash_once(ctl *c, bfc_dash_model *m, long sample_s)
 {
     bf_err err = dash_refresh(c, m);
+    bool running = false;
+    for (size_t i = 0; i < m->n_rows; i++)
+        running |= m->rows[i].state == BUZZ__BACKFILL__V1__STATE__RUNNING;
+    if (err == BF_OK && running) {
+        ctl_sleep_ms(sample_s * 1000);
+        err = dash_refresh(c, m);
+    }
     int cols = 80;
     struct winsize ws;
     if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
@@ -217,13 +226,14 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
     static const struct option opts[] = {
         {"interval", required_argument, NULL, 'i'}, {"once", no_argument, NULL, '1'}, {0}};
     long interval = 2;
-    bool once = false;
+    bool once = false, interval_given = false;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (o == 'i') {
             if ((interval = ctl_parse_long(optarg, 1, 3600)) < 0)
                 return ctl_usage_error(c, "dash: --interval: '%.40s' is not 1..3600 seconds",
                                        optarg);
+            interval_given = true;
         } else if (o == '1') {
             once = true;
         } else {
@@ -237,7 +247,7 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
     static bfc_dash_model m;
     bfc_dash_init(&m, c->url);
     if (once)
-        return dash_once(c, &m);
+        return dash_once(c, &m, interval_given ? interval : 1);
     if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
         return ctl_usage_error(c, "dash: needs a terminal (use --once for one frame as text)");
     setlocale(LC_ALL, "");
