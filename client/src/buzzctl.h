@@ -35,7 +35,8 @@ typedef struct ctl {
     bool json;
     bool has_request_id;
     uint8_t request_id[BFC_REQUEST_ID_LEN];
-    bfc_options bo; /* bo.timeout_ms 0: no --timeout given */
+    bfc_options bo;              /* bo.timeout_ms 0: no --timeout given */
+    bool validate_timeout_given; /* dash: --timeout also budgets the validate key */
     bfc_client *client;
 } ctl;
 

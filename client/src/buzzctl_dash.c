@@ -28,8 +28,9 @@ _Static_assert(KEY_BACKSPACE == BFC_KEY_BACKSPACE, "dash_view.h key codes are nc
 _Static_assert(KEY_ENTER == BFC_KEY_ENTER, "dash_view.h key codes are ncurses'");
 _Static_assert(KEY_RESIZE == BFC_KEY_RESIZE, "dash_view.h key codes are ncurses'");
 
-#define DASH_TIMEOUT_MS 3000 /* a refresh call's budget without --timeout */
-#define DASH_LIST_PAGE  BFC_DASH_MAX_ROWS
+#define DASH_TIMEOUT_MS          3000 /* a refresh call's budget without --timeout */
+#define DASH_LIST_PAGE           BFC_DASH_MAX_ROWS
+#define DASH_VALIDATE_TIMEOUT_MS (5 * 60 * 1000) /* as buzzctl validate */
 
 static int64_t dash_now_us(void)
 {
@@ -132,8 +133,18 @@ static void dash_send(ctl *c, bfc_dash_model *m)
     bfc_status st;
     ProtobufCMessage *out = NULL;
     bf_err err = ctl_connect(c, &st);
+    bfc_client *sender = c->client, *own = NULL;
+    if (err == BF_OK && m->confirm_action == BFC_ACTION_VALIDATE && !c->validate_timeout_given) {
+        /* a validation may run far longer than a refresh's budget: its own connection with
+         * validate's (the screen waits for the answer) */
+        bfc_options bo = c->bo;
+        bo.timeout_ms = DASH_VALIDATE_TIMEOUT_MS;
+        if (bfc_open(&own, c->url, &bo, NULL, 0) == BF_OK)
+            sender = own;
+    }
     if (err == BF_OK)
-        err = bfc_control(c->client, m->confirm_action, m->confirm_id, &out, &st);
+        err = bfc_control(sender, m->confirm_action, m->confirm_id, &out, &st);
+    bfc_close(own);
     if (err == BF_OK && m->confirm_action == BFC_ACTION_VALIDATE) {
         Buzz__Backfill__V1__ValidateResponse *v = (Buzz__Backfill__V1__ValidateResponse *)out;
         snprintf(line, sizeof line, "validate %s: %s (request id %s)", m->confirm_id,
@@ -242,6 +253,7 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
     }
     if (optind < argc)
         return ctl_usage_error(c, "dash: unexpected argument '%.40s'", argv[optind]);
+    c->validate_timeout_given = c->bo.timeout_ms != 0;
     if (c->bo.timeout_ms == 0)
         c->bo.timeout_ms = DASH_TIMEOUT_MS;
     static bfc_dash_model m;
