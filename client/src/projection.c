@@ -251,9 +251,14 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     if (e == NULL || (e->error_class == NULL && e->detail == NULL)) {
         snprintf(v->error, sizeof v->error, "-");
     } else {
-        char raw[128];
-        snprintf(raw, sizeof raw, "%.31s: %.80s", e->error_class ? e->error_class : "error",
-                 e->detail ? e->detail : "");
+        /* the violated constraint first: it names what to fix, and a cut cell keeps it */
+        char constraint[48] = "";
+        const char *k = e->detail ? strstr(e->detail, "constraint=") : NULL;
+        if (k != NULL)
+            snprintf(constraint, sizeof constraint, " [%.*s]", (int)strcspn(k, " ,;)"), k);
+        char raw[160];
+        snprintf(raw, sizeof raw, "%.31s%s: %.80s", e->error_class ? e->error_class : "error",
+                 constraint, e->detail ? e->detail : "");
         bfc_printable(v->error, sizeof v->error, raw);
     }
     const Buzz__Backfill__V1__Validation *val = b->last_validation;

@@ -357,6 +357,28 @@ static void test_claim_validity_unknown(void **state)
     assert_string_equal(v.claim, "none");
 }
 
+/* A blocked backfill's last error names its class and, first, the violated constraint (so a
+ * cut 80-column line still says what to fix); no error is "-", never "ok". Guard: the error
+ * branch of bfc_project() (projection.c) and the error cell of render_table(). */
+static void test_last_error_names_its_constraint(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, "demo.items_v1", ST(BLOCKED));
+    Buzz__Backfill__V1__Diagnostic d = BUZZ__BACKFILL__V1__DIAGNOSTIC__INIT;
+    d.error_class = "data_invariant";
+    d.detail = "ERROR sqlstate=23514: check violation constraint=items_val_positive "
+               "table=public.items";
+    f.b.error = &d;
+    apply_one(&f, T0);
+    const char *s = screen(24, 80);
+    want(s, "error data_invariant [constraint=items_val_positive]");
+    f.b.error = NULL;
+    f.b.state = ST(RUNNING);
+    apply_one(&f, T0);
+    want(screen(24, 80), "error -");
+}
+
 /* The detail view renders every typed validation outcome with its time, "never" when there
  * was none, and an outcome value it does not know as unknown (not success). Guard:
  * bfc_outcome_name() and the validation branch of bfc_project(), and the validation line of
@@ -575,6 +597,7 @@ int main(void)
         cmocka_unit_test_setup(test_rate_excludes_paused_time, setup),
         cmocka_unit_test_setup(test_failed_refresh_keeps_data_marked_stale, setup),
         cmocka_unit_test_setup(test_claim_validity_unknown, setup),
+        cmocka_unit_test_setup(test_last_error_names_its_constraint, setup),
         cmocka_unit_test_setup(test_validation_outcomes_are_typed, setup),
         cmocka_unit_test_setup(test_detail_failures_stay_visible, setup),
         cmocka_unit_test_setup(test_client_sends_only_supported_controls, setup),
