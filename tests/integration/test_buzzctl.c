@@ -5,13 +5,15 @@
  * and prints.
  *
  * Guards proved (each removal fails a test here):
- * - test_lost_answer_prints_request_id: report_request_id() after a failed control; without it
- *   an operator whose answer was lost cannot learn the outcome with --request-id.
+ * - test_lost_answer_prints_request_id: the request-id line of ctl_report() after a failed
+ *   control; without it an operator whose answer was lost cannot learn the outcome with
+ *   --request-id.
  * - test_server_text_is_made_printable: bfc_printable() in the projection and in every direct
- *   print of server text, and the escaping of pbjson; without them a server (or anyone who got
- *   a string into a stored backfill or audit row) writes terminal control sequences.
+ *   print of server text, and the C1 escaping of ctl_json_emit(); without them a server (or
+ *   anyone who got a string into a stored backfill or audit row) writes terminal control
+ *   sequences.
  * - test_progress_counts_keys_passed: project_progress() measuring progress, rate and ETA in
- *   keys passed (rows_covered) and giving no ETA without them.
+ *   keys passed (rows_covered), the rate measured between two reads, no ETA without them.
  * - test_ready_wait_gets_its_budget: the timeout raised for ready --wait; without it the server
  *   is told to give up after the default 10 s whatever --wait says.
  * - test_usage_errors_need_no_server: the connection opened by the first call; without it a
@@ -20,8 +22,8 @@
  *   a NUL byte, and the refusal of an empty --token; without them buzzctl sends no token (or a
  *   shortened one) and the request is refused (or boundary-authorized) for reasons the operator
  *   cannot see.
- * - test_audit_shows_coalesced_rows: audit_times(); without it a row standing for thousands of
- *   refused attempts reads like one.
+ * - test_audit_shows_coalesced_rows: ops_audit_times(); without it a row standing for
+ *   thousands of refused attempts reads like one.
  * - test_request_id_is_hex_only: parse_request_id() accepting exactly 32 hex digits; with the
  *   sscanf("%2x") it replaced, signs ("+f", "-1") and "0x" prefixes made request IDs.
  * - the issue 10 fixes are in test_buzzctl_fixes.c, each test naming its guard.
