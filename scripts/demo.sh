@@ -320,7 +320,13 @@ parse_list()
     while read -r id state progress _; do
         [[ "$id" == demo.* ]] || continue
         st[$id]="$state"
-        rows_of[$id]="${progress//,/}"
+        # PROGRESS starts with the rows passed, shortened: 9999, 120k, 1.2M
+        if [[ "$progress" =~ ^([0-9]+)k$ ]]; then
+            progress="${BASH_REMATCH[1]}000"
+        elif [[ "$progress" =~ ^([0-9]+)\.([0-9])M$ ]]; then
+            progress="${BASH_REMATCH[1]}${BASH_REMATCH[2]}00000"
+        fi
+        rows_of[$id]="$progress"
     done <<<"$1"
 }
 
@@ -459,15 +465,14 @@ service_demo()
     # which backfills to start: every registered one, or the required ones
     quiet --json list
     ((rc == 0)) || die "buzzctl --json list failed ($rc): $out"
-    local line id
-    started_ids=()
-    while IFS= read -r line; do
-        [[ "$line" =~ ^\{\"id\":\"([^\"]+)\" ]] || continue
-        id="${BASH_REMATCH[1]}"
-        if [[ "$start" == all ]] || [[ "$start" == required && "$line" == *'"required":true'* ]]; then
-            started_ids+=("$id")
-        fi
-    done <<<"$out"
+    local id
+    # one JSON document: {"backfills": [{"id": ..., "required": ...}, ...]}
+    mapfile -t started_ids < <(python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+for b in doc.get("backfills", []):
+    if sys.argv[1] == "all" or (sys.argv[1] == "required" and b.get("required")):
+        print(b["id"])' "$start" <<<"$out")
     if [[ "$start" == none ]]; then
         echo
         echo "(--start none: nothing is started; the backfills stay pending)"
@@ -492,6 +497,9 @@ service_demo()
             watch_view never 3 || true
             echo
             ctl_ok --token-file operator.token get "$target"
+            echo
+            echo "# the dashboard (buzzctl dash) as one text frame"
+            ctl_ok --token-file operator.token dash --once
             echo
             ctl_ok --token-file operator.token resume "$target"
             echo "# the next free worker claims it (one more generation) and continues from"

@@ -24,6 +24,8 @@ PACKAGES=(
     bash-completion
     lintian
     adduser
+    libjson-c-dev
+    libvterm-dev
     clang
     libclang-rt-14-dev
     clang-format

@@ -288,6 +288,66 @@ bf_err bfc_call(bfc_client *c, const ProtobufCServiceDescriptor *service, const 
     return err;
 }
 
+/* ---- the supported controls -------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    const char *method;
+} bfc_actions[BFC_ACTION_COUNT + 1] = {
+    [BFC_ACTION_START] = {"start", "Start"},          [BFC_ACTION_PAUSE] = {"pause", "Pause"},
+    [BFC_ACTION_RESUME] = {"resume", "Resume"},       [BFC_ACTION_RETRY] = {"retry", "Retry"},
+    [BFC_ACTION_VALIDATE] = {"validate", "Validate"},
+};
+
+const char *bfc_action_name(int action)
+{
+    if (action < 1 || action > BFC_ACTION_COUNT)
+        return NULL;
+    return bfc_actions[action].name;
+}
+
+bf_err bfc_action_parse(bfc_action *out, const char *name)
+{
+    for (int a = 1; name != NULL && a <= BFC_ACTION_COUNT; a++) {
+        if (strcmp(name, bfc_actions[a].name) == 0) {
+            *out = (bfc_action)a;
+            return BF_OK;
+        }
+    }
+    return BF_ERR_INVALID_ARGUMENT;
+}
+
+bf_err bfc_control(bfc_client *c, int action, const char *id, ProtobufCMessage **output,
+                   bfc_status *status)
+{
+    if (c == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (bfc_action_name(action) == NULL || id == NULL) {
+        memset(&c->status, 0, sizeof c->status);
+        bf_err err = bfc_transport_error(c, BF_ERR_INVALID_ARGUMENT, "unsupported control");
+        if (status != NULL)
+            *status = c->status;
+        return err;
+    }
+    if (action == BFC_ACTION_VALIDATE) {
+        /* validation may run for as long as the budget allows: a retry sent while the first
+         * attempt still runs is answered "still running" (current-state), which is final, so
+         * the one attempt gets the whole budget */
+        Buzz__Backfill__V1__ValidateRequest req = BUZZ__BACKFILL__V1__VALIDATE_REQUEST__INIT;
+        req.id = (char *)id;
+        int retries = c->retries;
+        c->retries = 0;
+        bf_err err = bfc_call(c, &buzz__backfill__v1__admin__descriptor, "Validate", &req.base,
+                              output, status);
+        c->retries = retries;
+        return err;
+    }
+    Buzz__Backfill__V1__ControlRequest req = BUZZ__BACKFILL__V1__CONTROL_REQUEST__INIT;
+    req.id = (char *)id;
+    return bfc_call(c, &buzz__backfill__v1__admin__descriptor, bfc_actions[action].method,
+                    &req.base, output, status);
+}
+
 /* ---- services for the generated stubs ---------------------------------------------------- */
 
 static void bfc_service_invoke(ProtobufCService *service, unsigned method_index,

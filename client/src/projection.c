@@ -80,6 +80,20 @@ void bfc_printable(char *dst, size_t cap, const char *src)
     dst[o] = '\0';
 }
 
+void bfc_format_short_count(char *buf, size_t cap, int64_t n)
+{
+    if (n < 0)
+        snprintf(buf, cap, "unknown");
+    else if (n < 10000)
+        snprintf(buf, cap, "%" PRId64, n);
+    else if (n < 1000000)
+        snprintf(buf, cap, "%.0fk", (double)n / 1e3);
+    else if (n < 1000000000)
+        snprintf(buf, cap, "%.1fM", (double)n / 1e6);
+    else
+        snprintf(buf, cap, "%.1fG", (double)n / 1e9);
+}
+
 void bfc_format_count(char *buf, size_t cap, int64_t n)
 {
     char digits[32];
@@ -158,33 +172,37 @@ static void project_progress(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     } else {
         snprintf(v->progress, sizeof v->progress, "%s", what);
     }
-    /* an average since start: only meaningful while the backfill works or after it finished
-     * (a paused or blocked backfill has no current rate, and its average would sink) */
-    bool working = b->has_state && (b->state == BUZZ__BACKFILL__V1__STATE__RUNNING ||
-                                    b->state == BUZZ__BACKFILL__V1__STATE__VALIDATING ||
-                                    b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED);
-    if (!working) {
+    /* the rate and the ETA need two reads: bfc_project_rate() */
+    bool running = b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING;
+    bool completed = b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED;
+    if (!running) {
         snprintf(v->rate, sizeof v->rate, "-");
-        snprintf(v->eta, sizeof v->eta, "-");
+        snprintf(v->eta, sizeof v->eta, completed ? "done" : "-");
+    }
+    (void)t;
+}
+
+void bfc_project_rate(bfc_view *v, const Buzz__Backfill__V1__Backfill *b, bool has_rate,
+                      double rate)
+{
+    if (!b->has_state || b->state != BUZZ__BACKFILL__V1__STATE__RUNNING)
+        return; /* "-" or "done" from bfc_project */
+    const Buzz__Backfill__V1__Progress *p = b->progress;
+    if (!has_rate) {
+        snprintf(v->rate, sizeof v->rate, "unknown");
+        snprintf(v->eta, sizeof v->eta, "unknown");
         return;
     }
-    if (t == NULL || !t->has_started_at_us || !t->has_observed_at_us)
-        return;
-    int64_t end = t->has_completed_at_us ? t->completed_at_us : t->observed_at_us;
-    int64_t elapsed = end - t->started_at_us;
-    if (elapsed <= 0 || done <= 0)
-        return;
-    double rate = (double)done * 1e6 / (double)elapsed;
     snprintf(v->rate, sizeof v->rate, "%.0f rows/s", rate);
-    if (b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED) {
-        snprintf(v->eta, sizeof v->eta, "done");
-    } else if (covered && p->has_source_estimate && p->source_estimate > done && rate > 0 &&
-               b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING) {
-        /* only from keys passed: rows changed say nothing about what is left of the source */
+    /* only from keys passed: rows changed say nothing about what is left of the source */
+    if (p != NULL && p->has_rows_covered && p->has_source_estimate &&
+        p->source_estimate > p->rows_covered && rate > 0) {
         char d[24];
-        double left = (double)(p->source_estimate - done) / rate;
+        double left = (double)(p->source_estimate - p->rows_covered) / rate;
         bfc_format_duration(d, sizeof d, (int64_t)(left * 1e6));
         snprintf(v->eta, sizeof v->eta, "~%s (est.)", d);
+    } else {
+        snprintf(v->eta, sizeof v->eta, "unknown");
     }
 }
 
@@ -233,9 +251,14 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     if (e == NULL || (e->error_class == NULL && e->detail == NULL)) {
         snprintf(v->error, sizeof v->error, "-");
     } else {
-        char raw[128];
-        snprintf(raw, sizeof raw, "%.31s: %.80s", e->error_class ? e->error_class : "error",
-                 e->detail ? e->detail : "");
+        /* the violated constraint first: it names what to fix, and a cut cell keeps it */
+        char constraint[48] = "";
+        const char *k = e->detail ? strstr(e->detail, "constraint=") : NULL;
+        if (k != NULL)
+            snprintf(constraint, sizeof constraint, " [%.*s]", (int)strcspn(k, " ,;)"), k);
+        char raw[160];
+        snprintf(raw, sizeof raw, "%.31s%s: %.80s", e->error_class ? e->error_class : "error",
+                 constraint, e->detail ? e->detail : "");
         bfc_printable(v->error, sizeof v->error, raw);
     }
     const Buzz__Backfill__V1__Validation *val = b->last_validation;

@@ -18,9 +18,9 @@
 typedef struct bfc_view {
     char id[BFC_CELL];
     char state[24];
-    char progress[160];        /* "12,000 rows, 3,000 changed (~1.2% of ~1,000,000 est.)" */
-    char rate[40];             /* rows (keys passed) per second since start, or "unknown" */
-    char eta[40];              /* from the estimate, or "unknown" */
+    char progress[160]; /* "12,000 rows, 3,000 changed (~1.2% of ~1,000,000 est.)" */
+    char rate[40];      /* bfc_project_rate(): rows (keys passed) per second between two reads */
+    char eta[40];       /* from that rate and the estimate ("~6.0s (est.)"), "unknown", "-" */
     char checkpoint[BFC_CELL]; /* "-" before the first batch */
     char bound[BFC_CELL];      /* "-" before start, "(empty)" for an empty source set */
     char generation[24];
@@ -36,6 +36,12 @@ typedef struct bfc_view {
  * used for ages and ETA. */
 void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *out);
 
+/* The rate and ETA of a running backfill from a rate measured between two reads (has_rate
+ * false: "unknown"). A single read cannot give an honest rate: the RPC data holds no pause or
+ * block history, so rows over time since start would count paused time. */
+void bfc_project_rate(bfc_view *v, const Buzz__Backfill__V1__Backfill *b, bool has_rate,
+                      double rate);
+
 /* Lower-case name of a State ("running"); "unknown" for unset or unknown values. */
 const char *bfc_state_name(int state);
 const char *bfc_outcome_name(int outcome);
@@ -50,6 +56,8 @@ size_t bfc_utf8_char(const unsigned char *p, bool *control);
 
 /* "1.5s", "3m", "2h05m", "4d"; "unknown" for negative input. */
 void bfc_format_duration(char *buf, size_t cap, int64_t us);
+/* 1234567 -> "1.2M", 120000 -> "120k", 9999 -> "9999" */
+void bfc_format_short_count(char *buf, size_t cap, int64_t n);
 /* 1234567 -> "1,234,567" */
 void bfc_format_count(char *buf, size_t cap, int64_t n);
 

@@ -6,6 +6,7 @@
 set -euo pipefail
 
 src="$1" daemon="$2" ctl="$3"
+trap 'echo "${0##*/}: failed at line $LINENO: $BASH_COMMAND"' ERR
 fail=0
 
 options() { grep -oE -- '--[a-z][a-z0-9-]+' | sed 's/-$//' | sort -u; }
@@ -49,7 +50,8 @@ for sub in "token keygen" "token mint" "token inspect"; do
     # shellcheck disable=SC2086
     ctl_help+=$'\n'"$("$ctl" $sub --help 2>&1 || true)"
 done
-commands="$(sed -n '/^commands:/,/^$/p' <<<"$("$ctl" --help)" | grep -oE '^  [a-z]+' | sort -u)"
+commands="$(sed -n '/^commands/,/^$/p' <<<"$("$ctl" --help)" | grep -oE '^  [a-z]+' | sort -u)"
+[[ -n "$commands" ]] || { echo "buzzctl --help lists no commands"; exit 1; }
 for c in $commands; do
     sub_help="$("$ctl" "$c" --help 2>&1 || true)"
     ctl_help+=$'\n'"$sub_help"

@@ -84,6 +84,11 @@ TD_ITEMS(c13_blocked, "c13.blocked_v1", "public.c13_b", 50, true, TD_NEEDS, TD_P
 TD_ITEMS(c13_failed, "c13.failed_v1", "public.c13_f", 50, true, TD_NEEDS,
          TD_POST " AND NOT (SELECT c.break_validation FROM public.c13_ctl c)", NULL);
 
+/* tests/integration/test_dash: batches held on barrier 1201, so the backfill stays running
+ * while the dashboard shows it */
+TD_ITEMS(dash_items, "dash.items_v1", "public.dash_items", 50, false,
+         TD_NEEDS " AND public.bt_barrier(1201)", TD_POST, NULL);
+
 /* bench/rpc: the row Admin.Get reads */
 TD_ITEMS(bench_items, "bench.items_v1", "public.bench_items", 100, false, TD_NEEDS, TD_POST, NULL);
 
@@ -148,6 +153,7 @@ static const td_set td_sets[] = {
     {"c13", {&c13_req, &c13_opt}},
     {"c13rec", {&c13_paused, &c13_blocked, &c13_failed}},
     {"bench", {&bench_items}},
+    {"dash", {&dash_items}},
     {"rob", {&rob_decl, &rob_cb}},
 };
 

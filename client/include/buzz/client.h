@@ -115,6 +115,35 @@ ProtobufCService *bfc_readiness(bfc_client *c);
 bf_err bfc_call(bfc_client *c, const ProtobufCServiceDescriptor *service, const char *method,
                 const ProtobufCMessage *input, ProtobufCMessage **output, bfc_status *status);
 
+/*
+ * The lifecycle controls a client may send: exactly start, pause, resume, retry and validate
+ * (the spec's supported actions). There is deliberately no way to name another one: no reset,
+ * rewind, bound change, deletion, force completion or cancellation.
+ */
+typedef enum bfc_action {
+    BFC_ACTION_START = 1,
+    BFC_ACTION_PAUSE = 2,
+    BFC_ACTION_RESUME = 3,
+    BFC_ACTION_RETRY = 4,
+    BFC_ACTION_VALIDATE = 5,
+} bfc_action;
+#define BFC_ACTION_COUNT 5
+
+/* "start", "pause", "resume", "retry", "validate"; NULL for anything else. */
+const char *bfc_action_name(int action);
+/* The action named name; BF_ERR_INVALID_ARGUMENT (out untouched) for any other name. */
+bf_err bfc_action_parse(bfc_action *out, const char *name);
+
+/*
+ * Send one supported control for id: Admin.Start/Pause/Resume/Retry (ControlResponse) or
+ * Admin.Validate (ValidateResponse), with the same request-ID, retry and status rules as
+ * bfc_call(). An action outside bfc_action is refused with BF_ERR_INVALID_ARGUMENT before
+ * anything is sent (status->attempts is 0). Validate is sent as one attempt with the whole
+ * budget: a retry would only meet the running validation ("still running").
+ */
+bf_err bfc_control(bfc_client *c, int action, const char *id, ProtobufCMessage **output,
+                   bfc_status *status);
+
 /* The bf_err a wire status code stands for (OK -> BF_OK, FAILED_PRECONDITION ->
  * BF_ERR_CONFLICT, DEADLINE_EXCEEDED -> BF_ERR_TIMEOUT, ABORTED -> BF_ERR_BUSY, UNIMPLEMENTED
  * -> BF_ERR_INVALID_ARGUMENT, unknown -> BF_ERR_INTERNAL ...). */

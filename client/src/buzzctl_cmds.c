@@ -1,0 +1,451 @@
+/*
+ * buzzctl_cmds.c - buzzctl's commands that read or act once: list, get, the controls,
+ * validate, audit, whoami, ready. Each is one or more admin or readiness calls; nothing here
+ * keeps or infers lifecycle state. Text from the server is printed only through ctl_text()
+ * or the projection; --json prints exactly one document per command (buzzctl_json.c).
+ *
+ * Rates: the RPC data holds no pause or block history, so rows over the time since start
+ * would count paused and blocked time. list and get therefore read twice, --sample-ms apart
+ * (default 1000), when something is running, and show the rate between the two reads of a
+ * backfill that was running at both (bfc_rate_window); otherwise the rate is unknown.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "buzz/backfill/v1/admin.pb-c.h"
+#include "buzz/backfill/v1/readiness.pb-c.h"
+#include "buzzctl.h"
+#include "dash_view.h"
+#include "projection.h"
+
+#define LIST_PAGE         1000
+#define SAMPLE_DEFAULT_MS 1000
+
+void ctl_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int64_t ctl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "blocked: fix the cause shown in error, then: buzzctl retry ID" */
+static void cmds_hint(FILE *f, const Buzz__Backfill__V1__Backfill *b, const char *id)
+{
+    if (!b->has_state)
+        return;
+    switch (b->state) {
+    case BUZZ__BACKFILL__V1__STATE__BLOCKED:
+        fprintf(f, "hint: blocked: fix the cause, then: buzzctl retry %s\n", id);
+        break;
+    case BUZZ__BACKFILL__V1__STATE__FAILED:
+        fprintf(f, "hint: failed: fix the cause, then: buzzctl retry %s\n", id);
+        break;
+    case BUZZ__BACKFILL__V1__STATE__PAUSED:
+        fprintf(f, "hint: paused by an operator: buzzctl resume %s\n", id);
+        break;
+    case BUZZ__BACKFILL__V1__STATE__PENDING:
+        fprintf(f, "hint: registered, not started: buzzctl start %s\n", id);
+        break;
+    default:
+        break;
+    }
+}
+
+static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *v)
+{
+    char buf[BFC_DETAIL_MAX];
+    const Buzz__Backfill__V1__Definition *d = b->definition;
+    printf("id:          %s\n", v->id);
+    printf("state:       %s%s\n", v->state, v->gating ? "  (gates readiness)" : "");
+    printf("progress:    %s\n", v->progress);
+    printf("rate:        %s   eta: %s\n", v->rate, v->eta);
+    printf("checkpoint:  %s\n", v->checkpoint);
+    printf("bound:       %s\n", v->bound);
+    printf("generation:  %s\n", v->generation);
+    printf("claim:       %s\n", v->claim);
+    printf("retry:       %s\n", v->retry);
+    printf("error:       %s\n", v->error);
+    char when[40] = "";
+    if (b->last_validation != NULL && b->last_validation->has_at_us) {
+        snprintf(when, sizeof when, " (");
+        ctl_utc(when + 2, sizeof when - 3, b->last_validation->at_us);
+        strcat(when, ")");
+    }
+    printf("validation:  %s%s\n", v->validation, when);
+    if (b->last_validation != NULL && b->last_validation->detail != NULL)
+        printf("             %s\n", ctl_text(buf, sizeof buf, b->last_validation->detail, ""));
+    printf("updated:     %s\n", v->updated);
+    if (d != NULL) {
+        printf("key types:   %s\n", ctl_text(buf, sizeof buf, d->key_types, "unknown"));
+        if (d->has_batch_size)
+            printf("batch size:  %u\n", d->batch_size);
+        if (d->description != NULL && d->description[0])
+            printf("description: %s\n", ctl_text(buf, sizeof buf, d->description, ""));
+        if (d->revision != NULL && d->revision[0])
+            printf("revision:    %s\n", ctl_text(buf, sizeof buf, d->revision, ""));
+    }
+    cmds_hint(stdout, b, v->id);
+}
+
+/* The rate of b from an earlier read of it (NULL: none), as bfc_rate_window measures it. */
+static bool cmds_rate(double *rate, const Buzz__Backfill__V1__Backfill *before,
+                      const Buzz__Backfill__V1__Backfill *now)
+{
+    bfc_rate_sample s[2];
+    const Buzz__Backfill__V1__Backfill *b[2] = {before, now};
+    for (int i = 0; i < 2; i++) {
+        if (b[i] == NULL || b[i]->progress == NULL || !b[i]->progress->has_rows_covered ||
+            b[i]->times == NULL || !b[i]->times->has_observed_at_us)
+            return false;
+        s[i].at_us = b[i]->times->observed_at_us;
+        s[i].covered = b[i]->progress->rows_covered;
+        s[i].running = b[i]->has_state && b[i]->state == BUZZ__BACKFILL__V1__STATE__RUNNING;
+    }
+    return bfc_rate_window(rate, s, 2, INT64_MAX);
+}
+
+static bool cmds_running(const Buzz__Backfill__V1__Backfill *b)
+{
+    return b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING;
+}
+
+/* "120k (~60%)", "120k rows", "200k (done)", "unknown": at most 14 columns */
+static void cmds_short_progress(char *buf, size_t cap, const Buzz__Backfill__V1__Backfill *b)
+{
+    const Buzz__Backfill__V1__Progress *p = b->progress;
+    if (p == NULL || (!p->has_rows_covered && !p->has_rows_committed)) {
+        snprintf(buf, cap, "unknown");
+        return;
+    }
+    int64_t done = p->has_rows_covered ? p->rows_covered : p->rows_committed;
+    char n[16];
+    bfc_format_short_count(n, sizeof n, done);
+    if (b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__COMPLETED)
+        snprintf(buf, cap, "%s (done)", n);
+    else if (p->has_rows_covered && p->has_source_estimate && p->source_estimate > done)
+        snprintf(buf, cap, "%s (~%.0f%%)", n, 100.0 * (double)done / (double)p->source_estimate);
+    else
+        snprintf(buf, cap, "%s rows", n);
+}
+
+/* ---- list ------------------------------------------------------------------------------ */
+
+typedef struct list_read {
+    ProtobufCMessage **pages;
+    size_t n_pages;
+    Buzz__Backfill__V1__Backfill **rows; /* into pages */
+    size_t n;
+} list_read;
+
+static void list_read_free(list_read *r)
+{
+    for (size_t i = 0; i < r->n_pages; i++)
+        protobuf_c_message_free_unpacked(r->pages[i], NULL);
+    free(r->pages);
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+/* Every page (up to limit rows; 0 = all). */
+static int list_fetch(ctl *c, const Buzz__Backfill__V1__ListRequest *base, long limit,
+                      list_read *out)
+{
+    Buzz__Backfill__V1__ListRequest req = *base;
+    char *page = NULL;
+    do {
+        req.page_token = page;
+        req.has_page_size = 1;
+        long left = limit > 0 ? limit - (long)out->n : LIST_PAGE;
+        req.page_size = (uint32_t)(left < LIST_PAGE ? left : LIST_PAGE);
+        ProtobufCMessage *m = NULL;
+        bfc_status st;
+        bf_err err =
+            ctl_call(c, &buzz__backfill__v1__admin__descriptor, "List", &req.base, &m, &st);
+        free(page);
+        page = NULL;
+        if (err != BF_OK) {
+            int rc = ctl_report(c, "list", err, &st, NULL);
+            if (m)
+                protobuf_c_message_free_unpacked(m, NULL);
+            return rc;
+        }
+        Buzz__Backfill__V1__ListResponse *resp = (Buzz__Backfill__V1__ListResponse *)m;
+        ProtobufCMessage **pages = realloc(out->pages, (out->n_pages + 1) * sizeof *pages);
+        Buzz__Backfill__V1__Backfill **rows =
+            realloc(out->rows, (out->n + resp->n_backfills + 1) * sizeof *rows);
+        if (pages != NULL)
+            out->pages = pages;
+        if (rows != NULL)
+            out->rows = rows;
+        if (pages == NULL || rows == NULL) {
+            protobuf_c_message_free_unpacked(m, NULL);
+            fputs("buzzctl list: out of memory\n", stderr);
+            return EXIT_ERROR;
+        }
+        out->pages[out->n_pages++] = m;
+        for (size_t i = 0; i < resp->n_backfills && (limit == 0 || (long)out->n < limit); i++)
+            out->rows[out->n++] = resp->backfills[i];
+        if (resp->next_page_token != NULL && (limit == 0 || (long)out->n < limit))
+            page = strdup(resp->next_page_token);
+    } while (page != NULL);
+    return EXIT_OK;
+}
+
+static const Buzz__Backfill__V1__Backfill *list_find(const list_read *r, const char *id)
+{
+    for (size_t i = 0; id != NULL && i < r->n; i++)
+        if (r->rows[i]->id != NULL && strcmp(r->rows[i]->id, id) == 0)
+            return r->rows[i];
+    return NULL;
+}
+
+static int cmds_parse_state(const char *s, Buzz__Backfill__V1__State *out)
+{
+    for (int i = 1; i <= 7; i++) {
+        if (strcmp(s, bfc_state_name(i)) == 0) {
+            *out = (Buzz__Backfill__V1__State)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A whole positive number in [lo, hi]; -1 otherwise ("5x", "", "-3"). */
+long ctl_parse_long(const char *s, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    return v;
+}
+
+int ctl_cmd_list(ctl *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                         {"limit", required_argument, NULL, 'l'},
+                                         {"sample-ms", required_argument, NULL, 'm'},
+                                         {"wide", no_argument, NULL, 'w'},
+                                         {0}};
+    Buzz__Backfill__V1__ListRequest req = BUZZ__BACKFILL__V1__LIST_REQUEST__INIT;
+    long limit = 0, sample = SAMPLE_DEFAULT_MS;
+    bool wide = false;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 's') {
+            if (cmds_parse_state(optarg, &req.state) != 0)
+                return ctl_usage_error(c,
+                                       "list: --state: '%.40s' is not a state (pending, running, "
+                                       "paused, blocked, failed, validating, completed)",
+                                       optarg);
+            req.has_state = 1;
+        } else if (o == 'l') {
+            if ((limit = ctl_parse_long(optarg, 1, 100000000)) < 0)
+                return ctl_usage_error(c, "list: --limit: '%.40s' is not a whole number >= 1",
+                                       optarg);
+        } else if (o == 'm') {
+            if ((sample = ctl_parse_long(optarg, 0, 60000)) < 0)
+                return ctl_usage_error(c, "list: --sample-ms: '%.40s' is not 0..60000", optarg);
+        } else if (o == 'w') {
+            wide = true;
+        } else {
+            return ctl_usage_error(c, "list: unknown option (see buzzctl list --help)");
+        }
+    }
+    if (optind < argc)
+        return ctl_usage_error(c, "list: unexpected argument '%.40s'", argv[optind]);
+    list_read first = {0}, second = {0};
+    int rc = list_fetch(c, &req, limit, &first);
+    if (rc != EXIT_OK) {
+        list_read_free(&first);
+        return rc;
+    }
+    if (c->json) {
+        struct json_object *arr = json_object_new_array();
+        for (size_t i = 0; i < first.n; i++)
+            json_object_array_add(arr, ctl_json_message(&first.rows[i]->base));
+        struct json_object *doc = json_object_new_object();
+        json_object_object_add(doc, "backfills", arr);
+        ctl_json_emit(doc);
+        list_read_free(&first);
+        return EXIT_OK;
+    }
+    bool any_running = false;
+    for (size_t i = 0; i < first.n; i++)
+        any_running |= cmds_running(first.rows[i]);
+    const list_read *shown = &first;
+    if (any_running && sample > 0) {
+        ctl_sleep_ms(sample);
+        if (list_fetch(c, &req, limit, &second) == EXIT_OK)
+            shown = &second; /* the newer read, with rates against the first */
+        else
+            fputs("buzzctl list: the second read failed: rates unknown\n", stderr);
+    }
+    int id_w = 2;
+    for (size_t i = 0; i < shown->n; i++) {
+        char id[BFC_CELL];
+        bfc_printable(id, sizeof id, shown->rows[i]->id);
+        if ((int)strlen(id) > id_w)
+            id_w = (int)strlen(id);
+    }
+    if (wide)
+        printf("%-*s %-10s %-14s %-10s %-9s GEN    CLAIM\n", id_w, "ID", "STATE", "PROGRESS",
+               "RATE", "ETA");
+    else
+        printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
+    for (size_t i = 0; i < shown->n; i++) {
+        const Buzz__Backfill__V1__Backfill *b = shown->rows[i];
+        bfc_view v;
+        bfc_project(b, &v);
+        double rate = 0;
+        bool has_rate = shown == &second && cmds_rate(&rate, list_find(&first, b->id), b);
+        bfc_project_rate(&v, b, has_rate, rate);
+        char prog[32], rate_s[24], eta[24];
+        cmds_short_progress(prog, sizeof prog, b);
+        if (has_rate)
+            snprintf(rate_s, sizeof rate_s, "%.0f/s", rate);
+        else
+            snprintf(rate_s, sizeof rate_s, "%.23s", v.rate);
+        /* "~6.0s (est.)" -> "~6.0s": the ~ marks the estimate in the table */
+        snprintf(eta, sizeof eta, "%.*s", (int)strcspn(v.eta, " "), v.eta);
+        if (wide)
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %s", id_w, v.id, v.state, prog, rate_s, eta,
+                   v.generation, v.claim);
+        else
+            printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
+        putchar('\n');
+    }
+    for (size_t i = 0; i < shown->n; i++) {
+        bfc_view v;
+        bfc_project(shown->rows[i], &v);
+        if (shown->rows[i]->has_state &&
+            (shown->rows[i]->state == BUZZ__BACKFILL__V1__STATE__BLOCKED ||
+             shown->rows[i]->state == BUZZ__BACKFILL__V1__STATE__FAILED))
+            cmds_hint(stdout, shown->rows[i], v.id);
+    }
+    list_read_free(&first);
+    list_read_free(&second);
+    return EXIT_OK;
+}
+
+/* ---- get, controls ------------------------------------------------------------------------ */
+
+int ctl_need_id(ctl *c, int argc, char **argv, const char *cmd, const char **id)
+{
+    if (argc < 2)
+        return ctl_usage_error(c, "%s: missing ID (see buzzctl %s --help)", cmd, cmd);
+    if (argc > 2 || argv[1][0] == '-')
+        return ctl_usage_error(c, "%s: takes exactly one ID (see buzzctl %s --help)", cmd, cmd);
+    *id = argv[1];
+    return EXIT_OK;
+}
+
+static bf_err cmds_get(ctl *c, const char *id, ProtobufCMessage **out, bfc_status *st)
+{
+    Buzz__Backfill__V1__GetRequest req = BUZZ__BACKFILL__V1__GET_REQUEST__INIT;
+    req.id = (char *)id;
+    return ctl_call(c, &buzz__backfill__v1__admin__descriptor, "Get", &req.base, out, st);
+}
+
+int ctl_cmd_get(ctl *c, int argc, char **argv)
+{
+    const char *id = NULL;
+    long sample = SAMPLE_DEFAULT_MS;
+    if (argc == 4 && strcmp(argv[2], "--sample-ms") == 0) {
+        if ((sample = ctl_parse_long(argv[3], 0, 60000)) < 0)
+            return ctl_usage_error(c, "get: --sample-ms: '%.40s' is not 0..60000", argv[3]);
+        argc = 2;
+    }
+    int rc = ctl_need_id(c, argc, argv, "get", &id);
+    if (rc != EXIT_OK)
+        return rc;
+    ProtobufCMessage *out = NULL, *again = NULL;
+    bfc_status st;
+    bf_err err = cmds_get(c, id, &out, &st);
+    Buzz__Backfill__V1__GetResponse *resp = (Buzz__Backfill__V1__GetResponse *)out;
+    if (err != BF_OK || resp == NULL || resp->backfill == NULL) {
+        rc = ctl_report(c, "get", err == BF_OK ? BF_ERR_IO : err, &st, NULL);
+    } else if (c->json) {
+        ctl_json_emit(ctl_json_message(out));
+    } else {
+        const Buzz__Backfill__V1__Backfill *b = resp->backfill, *before = NULL;
+        double rate = 0;
+        bool has_rate = false;
+        if (cmds_running(b) && sample > 0) {
+            ctl_sleep_ms(sample);
+            if (cmds_get(c, id, &again, &st) == BF_OK &&
+                ((Buzz__Backfill__V1__GetResponse *)again)->backfill != NULL) {
+                before = b;
+                b = ((Buzz__Backfill__V1__GetResponse *)again)->backfill;
+                has_rate = cmds_rate(&rate, before, b);
+            }
+        }
+        bfc_view v;
+        bfc_project(b, &v);
+        bfc_project_rate(&v, b, has_rate, rate);
+        print_detail(b, &v);
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    if (again)
+        protobuf_c_message_free_unpacked(again, NULL);
+    return rc;
+}
+
+int ctl_cmd_control(ctl *c, int argc, char **argv, bfc_action action)
+{
+    const char *id = NULL;
+    const char *name = bfc_action_name(action);
+    int rc = ctl_need_id(c, argc, argv, name, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    bfc_status st;
+    bf_err err = ctl_connect(c, &st);
+    ProtobufCMessage *out = NULL;
+    if (err == BF_OK) {
+        if (c->has_request_id)
+            bfc_set_next_request_id(c->client, c->request_id);
+        err = bfc_control(c->client, action, id, &out, &st);
+    }
+    Buzz__Backfill__V1__ControlResponse *resp = (Buzz__Backfill__V1__ControlResponse *)out;
+    if (err != BF_OK) {
+        rc = ctl_report(c, name, err, &st, out);
+        if (!c->json && resp != NULL && resp->backfill != NULL) { /* a conflict: current state */
+            bfc_view v;
+            bfc_project(resp->backfill, &v);
+            print_detail(resp->backfill, &v);
+        }
+    } else if (c->json) {
+        ctl_json_emit(ctl_json_message(out));
+    } else if (resp != NULL) {
+        const char *outcome =
+            resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED    ? "accepted"
+            : resp->outcome == BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED ? "converged"
+                                                                              : "unknown";
+        char gen[24] = "unknown";
+        if (resp->has_generation)
+            snprintf(gen, sizeof gen, "%" PRId64, resp->generation);
+        printf("%s %s: %s, %s -> %s, generation %s%s\n", name, id, outcome,
+               bfc_state_name(resp->has_prior_state ? (int)resp->prior_state : 0),
+               bfc_state_name(resp->has_resulting_state ? (int)resp->resulting_state : 0), gen,
+               resp->has_replayed && resp->replayed ? " (replayed)" : "");
+        printf("request id: %s\n", st.request_id);
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}
