@@ -115,6 +115,7 @@ typedef enum bf_stmt {
     BF_STMT_GATE = 2,
     BF_STMT_MIGRATIONS = 3,
     BF_STMT_READINESS = 4,
+    BF_STMT_STATS = 5,
     BF_STMT_COUNT
 } bf_stmt;
 

@@ -23,7 +23,7 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       23 /* settings in the table */
+#define SRV_CONFIG_KEYS       24 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -37,6 +37,7 @@ typedef struct srv_config {
     char **listen;      /* ipc://, tcp://, tls+tcp:// URLs */
     size_t n_listen;
     char *tls_cert_key_file; /* PEM certificate + private key for tls+tcp:// */
+    char *http_listen;       /* http://host:port of /metrics, /livez, /readyz; NULL: off */
     int threads;             /* transport threads (concurrent requests) */
     int workers;             /* worker threads (concurrent backfills) */
     char **modules;          /* definitions modules (.so paths) */

@@ -54,6 +54,7 @@
 #include <sodium.h>
 
 #include "buzz/token.h"
+#include "metrics.h"
 #include "srv.h"
 
 #define DISPATCH_MAX_SERVICES   8
@@ -433,6 +434,7 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
     char diag[160] = "";
     bf_err err = dispatch_authenticate(d, dc, req, who, diag, sizeof diag);
     if (err != BF_OK || !who->authenticated) {
+        srv_metrics_auth_rejected(d->ctx->metrics, err, diag);
         if (err == BF_ERR_NOMEM || err == BF_ERR_INTERNAL) {
             dispatch_log(d->ctx, BF_LOG_ERROR, "authentication failed: %s", bf_err_str(err));
             dispatch_reject(d, dc, req, NULL, err, bf_err_str(err), NULL);
@@ -444,6 +446,7 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
     }
     call->who = who;
     if (srv_auth_authorize(who, req->policy->caps) != BF_OK) {
+        srv_metrics_auth_rejected(d->ctx->metrics, BF_ERR_PERMISSION_DENIED, NULL);
         char detail[96] = "missing capability:";
         uint32_t missing = req->policy->caps & ~who->caps;
         for (uint32_t bit = 1; bit != 0 && missing != 0; bit <<= 1)
@@ -574,6 +577,8 @@ bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *pee
 
     dispatch_run(d, &dc, &req, &who, in, in_len, received_us);
     bf_err err = dispatch_encode(&dc, &req, out, out_len);
+    srv_metrics_rpc(d->ctx->metrics, dc.method != NULL ? req.svc->service->descriptor : NULL,
+                    req.method_index, dc.call.code, srv_now_us() - received_us);
 
     if (req.input != NULL)
         protobuf_c_message_free_unpacked(req.input, &req.budget.allocator);

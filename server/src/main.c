@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "http.h"
+#include "metrics.h"
 #include "startup.h"
 #include "transport.h"
 
@@ -22,10 +24,26 @@ static int daemon_fail(const char *what, const char *diag)
     return 1;
 }
 
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics);
+
 static int daemon_run(const srv_config *cfg)
 {
-    char diag[512] = "";
     srv_log_setup(cfg->log_level);
+    srv_metrics *metrics = NULL;
+    const ProtobufCServiceDescriptor *services[] = {srv_admin_service()->descriptor,
+                                                    srv_readiness_service()->descriptor};
+    if (srv_metrics_new(&metrics, BUZZ_VERSION, services, 2) != BF_OK)
+        return daemon_fail("metrics", "cannot allocate the metrics");
+    srv_log_set_observer(srv_metrics_event, metrics); /* before any thread logs */
+    int rc = daemon_serve(cfg, metrics);
+    srv_log_set_observer(NULL, NULL);
+    srv_metrics_free(metrics);
+    return rc;
+}
+
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
+{
+    char diag[512] = "";
     if (srv_signals_block() != BF_OK)
         return daemon_fail("signals", "cannot block termination signals");
     srv_fd_limit_raise(cfg);
@@ -43,11 +61,13 @@ static int daemon_run(const srv_config *cfg)
 
     srv_context ctx;
     srv_context_init(&ctx, cfg, registry, auth);
+    ctx.metrics = metrics;
 
     int rc = 1;
     srv_dispatcher *dispatcher = NULL;
     srv_transport *transport = NULL;
     srv_startup *startup = NULL;
+    srv_http *http = NULL;
     srv_transport_config tcfg = srv_transport_config_from(cfg);
     if (srv_dispatcher_new(&dispatcher, &ctx) != BF_OK ||
         srv_dispatcher_add(dispatcher, srv_admin_service(), srv_admin_policies()) != BF_OK ||
@@ -57,6 +77,9 @@ static int daemon_run(const srv_config *cfg)
     } else if (srv_transport_new(&transport, dispatcher, &ctx, &tcfg, diag, sizeof diag) != BF_OK ||
                srv_transport_start(transport, diag, sizeof diag) != BF_OK) {
         daemon_fail("listeners", diag);
+    } else if (cfg->http_listen != NULL &&
+               srv_http_new(&http, cfg->http_listen, &ctx, metrics, diag, sizeof diag) != BF_OK) {
+        daemon_fail("http_listen", diag);
     } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
         daemon_fail("startup", "cannot start the startup thread");
     } else {
@@ -68,6 +91,7 @@ static int daemon_run(const srv_config *cfg)
     atomic_store(&ctx.shutting_down, true);
     srv_startup_stop(startup);
     srv_transport_stop(transport);
+    srv_http_free(http);
     srv_startup_free(startup);
     srv_transport_free(transport);
     srv_dispatcher_free(dispatcher);

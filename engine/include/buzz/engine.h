@@ -429,6 +429,25 @@ bf_err bf_worker_run(bf_worker *worker, bool until_idle);
 /* Ask bf_worker_run to stop at the end of its current step. Async-signal-safe. */
 void bf_worker_stop(bf_worker *worker);
 
+/* ---- aggregate statistics (metrics) ----------------------------------------------------- */
+
+#define BF_STATE_SLOTS 8 /* index = bf_state value; 0: required by this registry, no row yet */
+
+/* One aggregate read of every row, for metrics: no ID, checkpoint or row value leaves it. */
+typedef struct bf_stats {
+    int64_t backfills[BF_STATE_SLOTS]; /* rows per lifecycle state */
+    int64_t gating[BF_STATE_SLOTS];    /* required IDs of this registry not completed, per state
+                                          ([0]: not registered yet), as bf_gate() counts them */
+    bool has_stall[BF_STATE_SLOTS];    /* some row in the state has last_progress_at */
+    double stall_s[BF_STATE_SLOTS];    /* max over those rows of now - last_progress_at, s */
+    int64_t batches_committed;         /* sums over every row */
+    int64_t rows_committed;
+} bf_stats;
+
+/* One bounded aggregate statement (a scan of the backfill table, grouped by state; the
+ * registry's required IDs as one array parameter). *out written only on BF_OK. */
+bf_err bf_stats_read(bf_engine *engine, bf_stats *out);
+
 #ifdef __cplusplus
 }
 #endif
