@@ -85,6 +85,10 @@ TD_ITEMS(c13_failed, "c13.failed_v1", "public.c13_f", 50, true, TD_NEEDS,
          TD_POST " AND NOT (SELECT c.break_validation FROM public.c13_ctl c)", NULL);
 
 /* bench/rpc: the row Admin.Get reads */
+/* test_metrics: batches of 20 wait on barrier 951; not idempotent (counter + 1 per visit), so
+ * a stale owner's batch that slipped the fence would show */
+TD_ITEMS(tm_items, "tm.items_v1", "public.tm_items", 20, false, "public.bt_barrier(951)", TD_POST,
+         NULL);
 TD_ITEMS(bench_items, "bench.items_v1", "public.bench_items", 100, false, TD_NEEDS, TD_POST, NULL);
 
 /* tests/robustness: deliberately not idempotent (every row is mutated on every visit,
@@ -148,6 +152,7 @@ static const td_set td_sets[] = {
     {"c13", {&c13_req, &c13_opt}},
     {"c13rec", {&c13_paused, &c13_blocked, &c13_failed}},
     {"bench", {&bench_items}},
+    {"tm", {&tm_items}},
     {"rob", {&rob_decl, &rob_cb}},
 };
 
