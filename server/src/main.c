@@ -26,6 +26,7 @@ static int daemon_run(const srv_config *cfg)
 {
     char diag[512] = "";
     srv_log_setup(cfg->log_level);
+    srv_log_set_format(cfg->log_format);
     if (srv_signals_block() != BF_OK)
         return daemon_fail("signals", "cannot block termination signals");
     srv_fd_limit_raise(cfg);
@@ -60,8 +61,9 @@ static int daemon_run(const srv_config *cfg)
     } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
         daemon_fail("startup", "cannot start the startup thread");
     } else {
-        srv_log(BF_LOG_INFO, "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION,
-                cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STARTED,
+                      "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION, cfg->n_listen,
+                      cfg->n_listen == 1 ? "" : "s");
         rc = srv_signals_serve(auth) ? 1 : 0;
     }
 
@@ -74,7 +76,7 @@ static int daemon_run(const srv_config *cfg)
     srv_auth_free(auth);
     bf_registry_free(registry);
     if (rc == 0)
-        srv_log(BF_LOG_INFO, "stopped");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");
     return rc;
 }
 
@@ -104,6 +106,7 @@ int main(int argc, char **argv)
         break;
     case SRV_CMD_MIGRATE:
         srv_log_setup(cfg.log_level);
+        srv_log_set_format(cfg.log_format);
         rc = srv_migrate_command(&cfg);
         break;
     case SRV_CMD_RUN:
