@@ -33,7 +33,15 @@
 #define CONFIG_LINE_MAX   65536
 #define CONFIG_OPT_BASE   1000
 
-typedef enum key_type { KT_STRING, KT_LIST, KT_INT, KT_BOOL, KT_LEVEL, KT_MODE } key_type;
+typedef enum key_type {
+    KT_STRING,
+    KT_LIST,
+    KT_INT,
+    KT_BOOL,
+    KT_LEVEL,
+    KT_MODE,
+    KT_FORMAT
+} key_type;
 
 typedef struct key_def {
     const char *name;
@@ -125,6 +133,10 @@ static const key_def config_keys[] = {
      F(max_connections_per_peer), NOCOUNT},
     {"log_level", KT_LEVEL, "info", 0, 0, "LEVEL", "debug, info, warn or error (to stderr).",
      F(log_level), NOCOUNT},
+    {"log_format", KT_FORMAT, "text", 0, 0, "text|json",
+     "Log lines: text, or json (one JSON object per line: time, level, event, pid, msg and the "
+     "event's fields).",
+     F(log_format), NOCOUNT},
 };
 
 #define NKEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
@@ -468,6 +480,11 @@ static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag,
                 return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
                                    "%s: %s must be debug, info, warn or error", raw->origin[k],
                                    d->name);
+            break;
+        case KT_FORMAT:
+            if (!srv_log_format_parse(v, (srv_log_format *)field))
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be text or json", raw->origin[k], d->name);
             break;
         }
     }
@@ -1092,6 +1109,9 @@ void srv_config_print(FILE *f, const srv_config *cfg)
         case KT_LEVEL:
             fputs(srv_log_level_name(*(const bf_log_level *)field), f);
             break;
+        case KT_FORMAT:
+            fputs(srv_log_format_name(*(const srv_log_format *)field), f);
+            break;
         }
         fprintf(f, "  # %s\n", cfg->origin[k][0] ? cfg->origin[k] : "default");
     }
@@ -1108,6 +1128,8 @@ static const char *config_type_hint(const key_def *d)
         return "comma list";
     case KT_LEVEL:
         return "level";
+    case KT_FORMAT:
+        return "text|json";
     case KT_MODE:
         return "octal mode";
     case KT_STRING:

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "buzz/engine.h"
+#include "log.h"
 
 typedef enum srv_command {
     SRV_CMD_RUN = 0,      /* serve the admin API and run workers (default) */
@@ -23,7 +24,7 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       24 /* settings in the table */
+#define SRV_CONFIG_KEYS       25 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -59,6 +60,7 @@ typedef struct srv_config {
     int max_connections;          /* per listener */
     int max_connections_per_peer; /* per remote IP (tcp, tls) or uid (ipc) */
     bf_log_level log_level;
+    srv_log_format log_format; /* text or json lines */
 
     /* where each effective value came from, in table order (for check-config) */
     char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];

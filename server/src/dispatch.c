@@ -113,10 +113,11 @@ int64_t srv_call_remaining_us(const srv_call *call)
     return call->deadline_us - srv_now_us();
 }
 
-static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void dispatch_log(const srv_context *ctx, bf_log_level level, bf_event event,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
+static void dispatch_log(const srv_context *ctx, bf_log_level level, bf_event event,
+                         const char *fmt, ...)
 {
     if (ctx == NULL || ctx->engine_cfg.log == NULL)
         return;
@@ -127,6 +128,7 @@ static void dispatch_log(const srv_context *ctx, bf_log_level level, const char 
     va_end(ap);
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
+    rec.event = event;
     rec.msg = buf;
     ctx->engine_cfg.log(ctx->engine_cfg.log_arg, &rec);
 }
@@ -316,8 +318,9 @@ static void dispatch_audit(srv_dispatcher *d, dispatch_call *dc, const dispatch_
         rc = srv_rejects_audit(d->rejects, call->session, action, id, &actor, err, outcome);
     }
     if (rc != BF_OK)
-        dispatch_log(d->ctx, BF_LOG_ERROR, "could not audit rejected %s (%s): %s", action,
-                     bf_err_str(err), bf_err_str(rc));
+        dispatch_log(d->ctx, BF_LOG_ERROR, BF_EV_AUDIT_FAILED,
+                     "could not audit rejected %s (%s): %s", action, bf_err_str(err),
+                     bf_err_str(rc));
 }
 
 /* The protoc-c closure: pack the handler's message into call->body. */
@@ -436,7 +439,8 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
     if (err != BF_OK || !who->authenticated) {
         srv_metrics_auth_rejected(d->ctx->metrics, err, diag);
         if (err == BF_ERR_NOMEM || err == BF_ERR_INTERNAL) {
-            dispatch_log(d->ctx, BF_LOG_ERROR, "authentication failed: %s", bf_err_str(err));
+            dispatch_log(d->ctx, BF_LOG_ERROR, BF_EV_AUTH_ERROR, "authentication failed: %s",
+                         bf_err_str(err));
             dispatch_reject(d, dc, req, NULL, err, bf_err_str(err), NULL);
             return;
         }

@@ -29,6 +29,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics);
 static int daemon_run(const srv_config *cfg)
 {
     srv_log_setup(cfg->log_level);
+    srv_log_set_format(cfg->log_format);
     srv_metrics *metrics = NULL;
     const ProtobufCServiceDescriptor *services[] = {srv_admin_service()->descriptor,
                                                     srv_readiness_service()->descriptor};
@@ -83,8 +84,9 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
     } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
         daemon_fail("startup", "cannot start the startup thread");
     } else {
-        srv_log(BF_LOG_INFO, "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION,
-                cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STARTED,
+                      "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION, cfg->n_listen,
+                      cfg->n_listen == 1 ? "" : "s");
         rc = srv_signals_serve(auth) ? 1 : 0;
     }
 
@@ -98,7 +100,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
     srv_auth_free(auth);
     bf_registry_free(registry);
     if (rc == 0)
-        srv_log(BF_LOG_INFO, "stopped");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");
     return rc;
 }
 
@@ -128,6 +130,7 @@ int main(int argc, char **argv)
         break;
     case SRV_CMD_MIGRATE:
         srv_log_setup(cfg.log_level);
+        srv_log_set_format(cfg.log_format);
         rc = srv_migrate_command(&cfg);
         break;
     case SRV_CMD_RUN:

@@ -118,7 +118,7 @@ static void test_precedence_file_env_flags(void **state)
     snprintf(want, sizeof want, "file %s:6", path);
     assert_string_equal(cfg.origin[3], want);
     assert_string_equal(cfg.origin[4], "environment BUZZ_BACKFILL_WORKERS");
-    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "flag --log-level");
+    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 2], "flag --log-level");
     srv_config_fini(&cfg);
 }
 
@@ -414,6 +414,7 @@ static void test_help_documents_every_key(void **state)
         "max_connections",
         "max_connections_per_peer",
         "log_level",
+        "log_format",
     };
     assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
     static char out[32768];
