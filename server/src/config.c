@@ -67,10 +67,6 @@ static const key_def config_keys[] = {
      "Admin listeners: comma-separated ipc:///path, tcp://host:port and tls+tcp://host:port "
      "(required for run).",
      F(listen), F(n_listen)},
-    {"http_listen", KT_STRING, NULL, 0, 0, "URL",
-     "HTTP listener of GET /metrics (Prometheus), /livez and /readyz: http://host:port, no "
-     "token, so bind it to loopback or a monitoring network (off when unset).",
-     F(http_listen), NOCOUNT},
     {"tls_cert_key_file", KT_STRING, NULL, 0, 0, "FILE",
      "PEM file with the certificate chain and private key for tls+tcp:// listeners.",
      F(tls_cert_key_file), NOCOUNT},
@@ -131,6 +127,10 @@ static const key_def config_keys[] = {
      "Connections one peer (remote IP address; on ipc:// the user id) holds at once, over all "
      "listeners.",
      F(max_connections_per_peer), NOCOUNT},
+    {"http_listen", KT_STRING, NULL, 0, 0, "URL",
+     "HTTP listener of GET /metrics (Prometheus), /livez and /readyz: http://host:port, no "
+     "token, so bind it to loopback or a monitoring network (off when unset).",
+     F(http_listen), NOCOUNT},
     {"log_level", KT_LEVEL, "info", 0, 0, "LEVEL", "debug, info, warn or error (to stderr).",
      F(log_level), NOCOUNT},
     {"log_format", KT_FORMAT, "text", 0, 0, "text|json",

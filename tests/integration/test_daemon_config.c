@@ -413,6 +413,7 @@ static void test_help_documents_every_key(void **state)
         "ipc_socket_mode",
         "max_connections",
         "max_connections_per_peer",
+        "http_listen",
         "log_level",
         "log_format",
     };

@@ -149,34 +149,8 @@ static bool label_ok(const char *key, const char *v)
     static const char *const states[] = {"pending",   "running",      "paused",
                                          "blocked",   "failed",       "validating",
                                          "completed", "unregistered", NULL};
-    static const char *const events[] = {"acquired",
-                                         "takeover",
-                                         "renewed",
-                                         "lost",
-                                         "restored",
-                                         "log",
-                                         "claim.acquired",
-                                         "claim.takeover",
-                                         "claim.renewed",
-                                         "claim.lost",
-                                         "claim.released",
-                                         "released",
-                                         "batch.committed",
-                                         "batch.fenced_out",
-                                         "batch.rolled_back",
-                                         "attempt.retry",
-                                         "backfill.blocked",
-                                         "backfill.failed",
-                                         "backfill.validating",
-                                         "validation.passed",
-                                         "validation.failed",
-                                         "action.applied",
-                                         "action.rejected",
-                                         "db.connection_lost",
-                                         "db.connection_restored",
-                                         "db.notice",
-                                         "schema.migrated",
-                                         NULL};
+    static const char *const claim_events[] = {"acquired", "takeover", "renewed", "lost",
+                                               "released", "restored", NULL};
     static const char *const words[] = {"stop",     "fence", "timeout", "lease", "cancel",
                                         "deadline", "bound", "other",   NULL};
     static const char *const auth[] = {
@@ -205,8 +179,12 @@ static bool label_ok(const char *key, const char *v)
     static const char *const outcomes[] = {"passed", "failed", "applied", "rejected", NULL};
     if (strcmp(key, "state") == 0)
         return in_list(v, states);
-    if (strcmp(key, "event") == 0)
-        return in_list(v, events);
+    if (strcmp(key, "event") == 0) {
+        for (int i = 0; i < BF_EV_COUNT; i++) /* the stable codes of BF_EVENT_LIST */
+            if (strcmp(v, bf_event_code((bf_event)i)) == 0)
+                return true;
+        return in_list(v, claim_events);
+    }
     if (strcmp(key, "reason") == 0) {
         bool sqlstate = strlen(v) == 2;
         for (int i = 0; sqlstate && i < 2; i++)
