@@ -106,28 +106,41 @@ static void metrics_observe(metrics_hist *h, int64_t us, unsigned long long time
 
 /* ---- reasons ------------------------------------------------------------------------------ */
 
-static const char *const metrics_reason_words[] = {"stop",   "fence",    "timeout", "lease",
-                                                   "cancel", "deadline", "bound",   "other"};
+/* The engine's reason words (bf_log_record.reason besides SQLSTATE classes: worker.c's
+ * worker_reason and classify.c's error class names); "other" stands for anything else. */
+static const char *const metrics_reason_words[] = {
+    "stop",           "fence",       "timeout",    "lost",        "lease",
+    "cancel",         "deadline",    "retryable",  "unavailable", "prerequisite",
+    "data_invariant", "batch_bound", "definition", "validation",  "internal"};
+#define METRICS_REASON_WORDS ((int)(sizeof metrics_reason_words / sizeof *metrics_reason_words))
+#define METRICS_WORD_KEY     0x10000ull /* + word index; a SQLSTATE class packs below it */
 
-/* A reason from the engine's bounded vocabulary, packed; 0 when it is not one. */
+/* A reason from the engine's bounded vocabulary as a key; 0 when it is not one. */
 static unsigned long long metrics_reason_key(const char *r)
 {
     if (r == NULL)
         return 0;
-    size_t n = strnlen(r, 9);
-    bool ok = false;
-    if (n == 2) { /* a SQLSTATE class */
-        ok = true;
-        for (size_t i = 0; i < 2; i++)
-            ok = ok && ((r[i] >= '0' && r[i] <= '9') || (r[i] >= 'A' && r[i] <= 'Z'));
-    }
-    for (size_t i = 0; !ok && i < sizeof metrics_reason_words / sizeof *metrics_reason_words; i++)
-        ok = strcmp(r, metrics_reason_words[i]) == 0;
-    if (!ok)
-        return 0;
-    unsigned long long key = 0;
-    memcpy(&key, r, n);
-    return key;
+    bool sqlstate = strnlen(r, 3) == 2;
+    for (int i = 0; sqlstate && i < 2; i++)
+        sqlstate = (r[i] >= '0' && r[i] <= '9') || (r[i] >= 'A' && r[i] <= 'Z');
+    if (sqlstate)
+        return (unsigned long long)(unsigned char)r[0] | (unsigned long long)(unsigned char)r[1]
+                                                             << 8;
+    for (int i = 0; i < METRICS_REASON_WORDS; i++)
+        if (strcmp(r, metrics_reason_words[i]) == 0)
+            return METRICS_WORD_KEY + (unsigned long long)i;
+    return 0;
+}
+
+/* The label of a key metrics_reason_key made, into buf (at least 3 bytes). */
+static const char *metrics_reason_label(unsigned long long key, char *buf)
+{
+    if (key >= METRICS_WORD_KEY)
+        return metrics_reason_words[key - METRICS_WORD_KEY];
+    buf[0] = (char)(key & 0xff);
+    buf[1] = (char)(key >> 8);
+    buf[2] = '\0';
+    return buf;
 }
 
 static void metrics_reason_add(metrics_reasons *t, const char *reason, unsigned long long n)
@@ -373,10 +386,9 @@ static void metrics_reasons_render(metrics_buf *b, const char *name, const char 
         unsigned long long key = atomic_load(&t->key[i]);
         if (key == 0)
             break;
-        char r[9] = {0};
-        memcpy(r, &key, 8);
-        metrics_printf(b, "buzz_backfill_%s{reason=\"%s\"} %llu\n", name, r,
-                       metrics_get(&t->count[i]));
+        char buf[3];
+        metrics_printf(b, "buzz_backfill_%s{reason=\"%s\"} %llu\n", name,
+                       metrics_reason_label(key, buf), metrics_get(&t->count[i]));
     }
     metrics_printf(b, "buzz_backfill_%s{reason=\"other\"} %llu\n", name, metrics_get(&t->other));
 }

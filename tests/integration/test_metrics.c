@@ -151,8 +151,11 @@ static bool label_ok(const char *key, const char *v)
                                          "completed", "unregistered", NULL};
     static const char *const claim_events[] = {"acquired", "takeover", "renewed", "lost",
                                                "released", "restored", NULL};
-    static const char *const words[] = {"stop",     "fence", "timeout", "lease", "cancel",
-                                        "deadline", "bound", "other",   NULL};
+    static const char *const words[] = {
+        "stop",           "fence",       "timeout",    "lost",        "lease",
+        "cancel",         "deadline",    "retryable",  "unavailable", "prerequisite",
+        "data_invariant", "batch_bound", "definition", "validation",  "internal",
+        "other",          NULL};
     static const char *const auth[] = {
         "malformed",        "unknown_key",        "bad_signature", "expired",
         "not_yet_valid",    "wrong_audience",     "revoked",       "missing",
