@@ -4,7 +4,9 @@
  * Design notes: one prepared statement, one round trip. The backfill table is scanned once and
  * grouped by state (the states are few and fixed, so the answer is at most eight rows plus one
  * for required IDs without a row); the registry's required IDs come as one text[] parameter,
- * exactly as bf_gate() reads them, so the gating counts agree with Readiness. Nothing but
+ * exactly as bf_gate() reads them, so the gating counts agree with Readiness. The age is taken
+ * once per group from min(last_progress_at), not per row (clock_timestamp() and a numeric
+ * extract per row cost more than the scan at 10,000 rows). Nothing but
  * counts, sums and a maximum age leaves the statement: no ID, checkpoint or row value.
  */
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 static const char stats_sql[] =
     "SELECT b.state, count(*),"
     "  count(*) FILTER (WHERE b.id = ANY($1::text[]) AND b.state <> 'completed'),"
-    "  max(extract(epoch FROM clock_timestamp() - b.last_progress_at))::float8,"
+    "  extract(epoch FROM clock_timestamp() - min(b.last_progress_at))::float8,"
     "  coalesce(sum(b.batches_committed), 0)::bigint, coalesce(sum(b.rows_committed), 0)::bigint"
     " FROM buzz_backfill.backfill b GROUP BY b.state"
     " UNION ALL"
