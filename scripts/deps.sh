@@ -23,6 +23,7 @@ PACKAGES=(
     libclang-rt-14-dev
     clang-format
     procps
+    prometheus
     util-linux
     python3
 )
