@@ -18,6 +18,7 @@ PACKAGES=(
     libmbedtls-dev
     libsodium-dev
     libcmocka-dev
+    libjson-c-dev
     libncurses-dev
     clang
     libclang-rt-14-dev

@@ -151,9 +151,8 @@ static const char claim_sql[] =
     "  WHERE u.exhausted RETURNING 1)"
     " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
     " u.attempts, u.exhausted, CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text"
-    " END, u.batches_committed, u.rows_covered, u.rows_committed FROM u"; /* (a data-modifying WITH
-                                                                             runs whether or not it
-                                                                             is read) */
+    " END, u.batches_committed, u.rows_covered, u.rows_committed FROM u";
+/* (a data-modifying WITH runs whether or not it is read) */
 
 /* Claim id. validating: the row was seen in validating, so the validation lock is taken first
  * and the row is left alone (no claim, no generation) while another session validates it. */
@@ -845,10 +844,12 @@ static void worker_report_partial(bf_worker *w)
                  2, params) == BF_OK &&
         PQntuples(r) == 1) {
         int64_t batches = bf__field_i64(r, 0, 0) - w->seen_batches;
+        int64_t rows = bf__field_i64(r, 0, 1) - w->seen_rows;
+        int64_t touched = bf__field_i64(r, 0, 2) - w->seen_touched;
         if (batches > 0 && bf__key_field(e, w->checkpoint, r, 0, 3) == BF_OK) {
             w->has_checkpoint = !bf__isnull(r, 0, 3);
-            worker_report_committed(w, (long)batches, (long)(bf__field_i64(r, 0, 1) - w->seen_rows),
-                                    (long)(bf__field_i64(r, 0, 2) - w->seen_touched));
+            /* rows_covered is NULL (read as 0) for progress made before schema version 3 */
+            worker_report_committed(w, (long)batches, rows >= 0 ? (long)rows : 0, (long)touched);
         }
     }
     PQclear(r);

@@ -486,6 +486,38 @@ static void test_listen_port_range(void **state)
                     "listen entry 1: expected host:port", NULL);
 }
 
+/* log_format is text or json, from the file, the environment or a flag; anything else is
+ * refused by check-config and run, naming the key and where the value came from. */
+static void test_log_format(void **state)
+{
+    (void)state;
+    srv_config cfg;
+    char diag[256] = "";
+    char *const envp[] = {"BUZZ_BACKFILL_LOG_FORMAT=json", NULL};
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_JSON);
+    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "environment BUZZ_BACKFILL_LOG_FORMAT");
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x",
+                          "--log-format", "text", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_TEXT);
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_TEXT); /* the default */
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--log-format", "xml", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "flag --log-format: log_format must be text or json"));
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlog_format = yaml"),
+                    "log_format must be text or json", "Hunter2xyz");
+}
+
 /* The lease must outlast a step's CALL and a lock wait (config.c config_validate with
  * bf_config_check): a shorter one would be taken over while its owner still works. */
 static void test_lease_outlasts_timeouts(void **state)
@@ -660,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_help_documents_every_key),
         cmocka_unit_test(test_listen_port_range),
         cmocka_unit_test(test_listen_host_resolves),
+        cmocka_unit_test(test_log_format),
         cmocka_unit_test(test_lease_outlasts_timeouts),
         cmocka_unit_test(test_ipc_directory_exists),
         cmocka_unit_test(test_ipc_path_not_a_regular_file),

@@ -138,6 +138,26 @@ static bf_definition rob_cb = {
     .retry = {.max_attempts = 8, .base_ms = 20, .cap_ms = 200},
 };
 
+/* test_logs: batches after the first (ids above 50) wait on barrier 1901 while the test holds
+ * it, so a step can commit a batch and then be paused in flight; while public.logs_ctl.brk
+ * the mutation casts the row's note (a marker string) to integer, a class 22 error whose
+ * server message quotes the row value (the log must not) */
+static bf_definition logs_items = {
+    .id = "logs.items_v1",
+    .description = "test definition logs.items_v1",
+    .owner = "buzz tests",
+    .revision = "r1",
+    .table = "public.logs_items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 50,
+    .needs_repair = TD_NEEDS " AND (t.id <= 50 OR public.bt_barrier(1901))",
+    .update_set = "fixed = t.val * 2 + CASE WHEN (SELECT brk FROM public.logs_ctl)"
+                  " THEN t.note::integer ELSE 0 END, counter = t.counter + 1",
+    .postcondition = TD_POST,
+    .retry = {.max_attempts = 2, .base_ms = 50, .cap_ms = 200},
+};
+
 typedef struct td_set {
     const char *name;
     bf_definition *defs[6];
@@ -154,6 +174,7 @@ static const td_set td_sets[] = {
     {"bench", {&bench_items}},
     {"tm", {&tm_items}},
     {"rob", {&rob_decl, &rob_cb}},
+    {"logs", {&logs_items}},
 };
 
 static const bf_definition *td_selected[TD_MAX_SELECTED];
