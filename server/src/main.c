@@ -1,6 +1,8 @@
 /*
  * main.c - buzz-backfilld: composes the subsystems in order, serves until SIGTERM or SIGINT,
- * and takes them down in reverse. The order and its reasons are in startup.h.
+ * and takes them down in reverse. The order and its reasons are in startup.h; the metrics come
+ * first (their observer sees every log record from then on) and the optional HTTP listener
+ * (http_listen) right after the admin listeners, before the startup sequence.
  */
 #include <stdio.h>
 #include <stdlib.h>

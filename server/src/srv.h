@@ -12,6 +12,8 @@
  *   admin.c      the Admin service (ProtobufCService) over the engine API
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
+ *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
+ *   http.c       the optional HTTP listener: /metrics, /livez, /readyz on its own scrape thread
  *   config.c     key = value file, environment, flags
  *   startup.c    the startup order of DESIGN.md; workers
  *   main.c       composes the above
