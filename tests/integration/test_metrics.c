@@ -21,6 +21,8 @@
  *                configurations (gated, then ready, in automatic mode), and answers 503
  *                "unknown", with the database values absent from /metrics, when PostgreSQL
  *                refuses connections.
+ *   bounded      with the backfill table locked, a scrape answers within its short timeouts
+ *                (database values absent) while an RPC answers meanwhile.
  *   alert rules  examples/alerts.rules.yml passes `promtool check rules` and its unit tests.
  *
  * Guards proved: metrics.c's label vocabularies (metrics_reason_key, the method table) and the
@@ -29,6 +31,8 @@
  * mapping in srv_metrics_event (reconcile).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -651,6 +655,70 @@ static void test_readyz_unknown_without_database(void **state)
     passed++;
 }
 
+/* ---- a scrape the database cannot answer in time ---------------------------------------- */
+
+typedef struct scrape_thread {
+    int port;
+    th_response r;
+    double seconds;
+} scrape_thread;
+
+static void *scrape_thread_main(void *arg)
+{
+    scrape_thread *t = arg;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    t->r = th_request("GET", HOST, t->port, "/metrics", 30000);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    t->seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    return NULL;
+}
+
+/* The scrape's session has short timeouts (http.h): a locked backfill table costs a scrape at
+ * most its lock timeouts and leaves the database values out; the RPC threads answer
+ * meanwhile. With the engine's default timeouts (2 s lock, 10 s statement) it takes over 2 s. */
+static void test_scrape_bounded_when_database_is_locked(void **state)
+{
+    (void)state;
+    bd_options o = tm_options();
+    o.workers = 0;
+    bd_daemon d;
+    int port;
+    char extra[256];
+    start_http(&d, o, &port, extra, sizeof extra);
+    bd_wait_registered(pg, 1);
+    th_response warm = get_ok(port, "/metrics"); /* the scrape session is open */
+    th_response_fini(&warm);
+    PGconn *locker = bd_connect(NULL);
+    bt_exec(locker, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    scrape_thread t = {.port = port};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, scrape_thread_main, &t), 0);
+    bt_wait_lock_waiters(pg, 1); /* the scrape waits on the lock */
+    bfc_client *c = bd_client(d.tcp_url, bd_token(BFT_CAP_READ), 5000, -1);
+    Buzz__Backfill__V1__WhoAmIRequest who = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    assert_int_equal(bd_call(c, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &who.base, &out),
+                     BD_SC(OK));
+    bd_free(out);
+    bfc_close(c);
+    pthread_join(tid, NULL);
+    bt_exec(locker, "ROLLBACK");
+    PQfinish(locker);
+    if (t.r.status != 200 || t.seconds > 1.5)
+        fail_msg("the blocked scrape answered %d after %.2f s", t.r.status, t.seconds);
+    assert_metric(t.r.body, "buzz_backfill_database_up", 0);
+    /* manual mode: readiness reads only the schema's migrations table, so it stays known */
+    assert_metric(t.r.body, "buzz_backfill_ready", 1);
+    assert_null(strstr(t.r.body, "\nbuzz_backfill_backfills{"));
+    th_response_fini(&t.r);
+    th_response r = get_ok(port, "/metrics"); /* and the next one reads again */
+    assert_metric(r.body, "buzz_backfill_database_up", 1);
+    th_response_fini(&r);
+    bd_stop(&d);
+    passed++;
+}
+
 /* ---- configuration and alert rules ------------------------------------------------------- */
 
 static void test_http_listen_is_validated(void **state)
@@ -696,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_http_listen_is_validated),
         cmocka_unit_test(test_exposition_is_valid_and_bounded),
         cmocka_unit_test(test_readyz_unknown_without_database),
+        cmocka_unit_test(test_scrape_bounded_when_database_is_locked),
         cmocka_unit_test(test_readyz_agrees_in_four_configurations),
         cmocka_unit_test(test_counters_reconcile_after_takeover),
     };
