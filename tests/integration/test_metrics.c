@@ -58,7 +58,7 @@
 #define B_REQ    1301
 #define TM_ROWS  200
 #define HOST     "127.0.0.1"
-#define CASES    6
+#define CASES    7
 
 static int passed;
 static PGconn *pg;
