@@ -19,6 +19,7 @@
 #include <nng/supplemental/http/http.h>
 
 #include "http.h"
+#include "log.h"
 
 enum { HTTP_METRICS = 1, HTTP_READYZ = 2, HTTP_LIVEZ = 3 };
 
@@ -256,6 +257,8 @@ bf_err srv_http_new(srv_http **out, const char *url, const srv_context *ctx, srv
         srv_http_free(h);
         return rv == NNG_ENOMEM ? BF_ERR_NOMEM : BF_ERR_IO;
     }
+    srv_log_event(BF_LOG_INFO, BF_EV_SERVER_LISTENING,
+                  "listening on %s (/metrics, /livez, /readyz)", url);
     *out = h;
     return BF_OK;
 }
