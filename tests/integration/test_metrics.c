@@ -92,6 +92,16 @@ static void start_http(bd_daemon *d, bd_options o, int *port, char *extra, size_
     snprintf(extra, cap, "http_listen = http://127.0.0.1:%d\n%s", *port, o.extra ? o.extra : "");
     o.extra = extra;
     bd_start(d, &o);
+    /* the HTTP listener starts right after the admin listeners bd_start waited for */
+    for (int i = 0; i < 1000; i++) {
+        th_response r = th_request("GET", HOST, *port, "/livez", 1000);
+        int st = r.status;
+        th_response_fini(&r);
+        if (st == 200)
+            return;
+        bd_sleep_ms(10);
+    }
+    fail_msg("the HTTP listener did not answer within 10 s; see %s", d->log);
 }
 
 static th_response get_ok(int port, const char *path)
