@@ -328,16 +328,19 @@ bf_err bf_worker_release(bf_worker *w)
     worker_param_int(gen, sizeof gen, w->generation);
     const char *params[] = {w->id, gen, e->owner};
     bf_err err = bf__ensure_conn(e);
+    PGresult *r = NULL;
     if (err == BF_OK)
-        err = bf__exec0(e, "release claim",
-                        "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
-                        " claim_expires_at = NULL, claimed_at = NULL"
-                        " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3",
-                        3, params);
-    if (err == BF_OK) {
+        err = bf__exec(e, &r, "release claim",
+                       "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
+                       " claim_expires_at = NULL, claimed_at = NULL"
+                       " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+                       " RETURNING 1",
+                       3, params);
+    if (err == BF_OK && PQntuples(r) == 1) { /* not when it was no longer ours */
         bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_CLAIM_RELEASED);
         bf__log_event(e, &rec, "released %s at generation %lld", w->id, (long long)w->generation);
     }
+    PQclear(r);
     worker_drop_claim(w);
     return err;
 }
