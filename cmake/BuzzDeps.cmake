@@ -5,6 +5,8 @@ pkg_check_modules(PQ REQUIRED IMPORTED_TARGET libpq)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 pkg_check_modules(PROTOBUFC IMPORTED_TARGET libprotobuf-c)
 pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
+# json-c: the tests parse the daemon's JSON log lines with it
+pkg_check_modules(JSONC IMPORTED_TARGET json-c)
 pkg_check_modules(NCURSES IMPORTED_TARGET ncursesw)
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
 pkg_check_modules(JSONC IMPORTED_TARGET json-c)

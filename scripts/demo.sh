@@ -16,6 +16,7 @@ rows=200000
 workers=2
 start=all
 batch_report=0
+json_logs=0
 stop=0
 deps=1
 build=1
@@ -28,7 +29,7 @@ usage()
 {
     cat <<USAGE
 Usage: $PROG [--rows N] [--workers N] [--start all|required|none] [--batch-report]
-       [--engine-only] [--stop] [--no-deps] [--build-dir DIR] [--help]
+       [--json-logs] [--engine-only] [--stop] [--no-deps] [--build-dir DIR] [--help]
 
 Runs the buzz-backfill demo from a fresh checkout:
   1. scripts/deps.sh       install missing Debian packages (apt-get; needs root or sudo
@@ -61,6 +62,8 @@ Options:
                     automatic mode would; demo.events.pubkey_hex_v1 stays pending), or none
   --batch-report    report every committed batch too (the daemon logs them at log_level
                     debug; the runner prints every claim and batch)
+  --json-logs       the daemon logs JSON lines (log_format = json: time, level, event,
+                    pid, msg and the event's fields; see docs/service.md, Logs)
   --engine-only     run the engine-only runner buzz-demo-run instead of the service
   --stop            stop the PostgreSQL cluster at the end (scripts/pg.sh stop)
   --no-deps         skip scripts/deps.sh
@@ -106,6 +109,7 @@ while (($#)); do
         shift
         ;;
     --batch-report) batch_report=1 ;;
+    --json-logs) json_logs=1 ;;
     --engine-only) engine_only=1 ;;
     --stop) stop=1 ;;
     --no-deps) deps=0 ;;
@@ -260,8 +264,9 @@ free_port()
 
 write_config()
 {
-    local port="$1" log_level=info
+    local port="$1" log_level=info log_format=text
     ((batch_report)) && log_level=debug
+    ((json_logs)) && log_format=json
     cat >"$DEMO_DIR/buzz-backfilld.conf" <<CONF
 # buzz-backfilld configuration written by scripts/demo.sh (see docs/service.md)
 database_url = '$DB_URL'
@@ -278,6 +283,7 @@ threads = 4
 lease_ms = 10000                  # a crashed worker's claim is taken over after 10 s
 statement_timeout_ms = 5000       # the lease must outlast step_ms + this and lock_timeout_ms
 log_level = $log_level
+log_format = $log_format
 CONF
 }
 
@@ -580,7 +586,8 @@ for b in doc.get("backfills", []):
     if ((batch_report)); then
         echo
         echo "--batch-report: the daemon logged each claim and (at debug level) each worker step:"
-        grep -E ': (claimed|demo[.a-z_0-9]*: [0-9]+ batches committed)' "$DAEMON_LOG" | head -n 6 |
+        grep -E '(: |"msg":")(claimed|demo[.a-z_0-9]*: [0-9]+ batches committed)' "$DAEMON_LOG" |
+            head -n 6 |
             sed 's/^/  /'
         echo "  ... $(grep -c 'batches committed' "$DAEMON_LOG") worker steps that committed batches" \
             "in $DAEMON_LOG"

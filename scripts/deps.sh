@@ -18,6 +18,7 @@ PACKAGES=(
     libmbedtls-dev
     libsodium-dev
     libcmocka-dev
+    libjson-c-dev
     libncurses-dev
     libsystemd-dev
     scdoc
@@ -30,6 +31,7 @@ PACKAGES=(
     libclang-rt-14-dev
     clang-format
     procps
+    prometheus
     util-linux
     python3
 )

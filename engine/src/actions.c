@@ -159,6 +159,23 @@ static void audit_rejection_after_rollback(bf_engine *e, bf_action action, const
     bf__copy(e->diag, sizeof e->diag, outcome);
 }
 
+/* action.applied (the request changed the row) or action.rejected; reason is the action's
+ * name, the bounded vocabulary of the operator actions. */
+static void action_event(bf_engine *e, bf_event event, bf_action action, const char *id,
+                         const bf_action_result *out, const char *detail)
+{
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = BF_LOG_INFO;
+    rec.event = event;
+    rec.id = bf_id_valid(id) ? id : NULL;
+    rec.generation = out != NULL && out->prior != 0 ? out->generation : -1;
+    rec.checkpoint = out != NULL && out->row.has_checkpoint ? out->row.checkpoint : NULL;
+    rec.batch_size = out != NULL && out->prior != 0 ? out->row.batch_size : -1;
+    rec.reason = bf_action_name(action);
+    bf__log_event(e, &rec, "%s of %s: %s", bf_action_name(action),
+                  bf_id_valid(id) ? id : "(invalid id)", detail);
+}
+
 static bool request_id_valid(const bf_actor *who)
 {
     if (who == NULL || who->request_id == NULL)
@@ -181,6 +198,7 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
     if (!bf_id_valid(id) || !request_id_valid(who)) {
         bf__diag(e, BF_ERR_INVALID_ARGUMENT, "invalid stable id or request id");
         audit_rejection_after_rollback(e, action, id, who, BF_ERR_INVALID_ARGUMENT);
+        action_event(e, BF_EV_ACTION_REJECTED, action, id, NULL, e->diag);
         return out->err = BF_ERR_INVALID_ARGUMENT;
     }
     const char *name = bf_action_name(action);
@@ -192,6 +210,7 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
         bf__rollback(e);
         bf__diag(e, BF_ERR_INVALID_ARGUMENT, "request id was used for a different request");
         audit_rejection_after_rollback(e, action, id, who, BF_ERR_INVALID_ARGUMENT);
+        action_event(e, BF_EV_ACTION_REJECTED, action, id, NULL, e->diag);
         return out->err = BF_ERR_INVALID_ARGUMENT;
     }
     if (err == BF_OK && rs == BF_REQUEST_REPLAY) {
@@ -260,7 +279,9 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
     }
     bf__copy(e->diag, sizeof e->diag, out->detail);
     if (out->err != BF_OK)
-        bf__log(e, BF_LOG_INFO, "%s of %s: %s", name, id, out->detail);
+        action_event(e, BF_EV_ACTION_REJECTED, action, id, out, out->detail);
+    else if (out->changed)
+        action_event(e, BF_EV_ACTION_APPLIED, action, id, out, out->detail);
     return out->err;
 }
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -131,19 +132,52 @@ const char *bf_event_code(bf_event event)
     return (unsigned)event < BF_EV_COUNT ? codes[event] : codes[BF_EV_NONE];
 }
 
+static void engine_vlog(const bf_engine *e, bf_log_record *rec, const char *fmt, va_list ap)
+{
+    char msg[2048];
+    bf__vformat(msg, sizeof msg, fmt, ap);
+    rec->msg = msg;
+    e->log(e->log_arg, rec);
+    rec->msg = "";
+}
+
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
 {
     if (e == NULL || e->log == NULL)
         return;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    bf__vformat(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
-    rec.msg = msg;
-    e->log(e->log_arg, &rec);
+    va_list ap;
+    va_start(ap, fmt);
+    engine_vlog(e, &rec, fmt, ap);
+    va_end(ap);
+}
+
+void bf__log_event(const bf_engine *e, bf_log_record *rec, const char *fmt, ...)
+{
+    if (e == NULL || e->log == NULL)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    engine_vlog(e, rec, fmt, ap);
+    va_end(ap);
+}
+
+int64_t bf__monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char *bf__sqlstate_class(const bf_engine *e, char *buf)
+{
+    if (e->sqlstate[0] == '\0' || e->sqlstate[1] == '\0')
+        return NULL;
+    buf[0] = e->sqlstate[0];
+    buf[1] = e->sqlstate[1];
+    buf[2] = '\0';
+    return buf;
 }
 
 bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
@@ -222,9 +256,17 @@ static void engine_notice(void *arg, const PGresult *res)
     const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
     if (severity != NULL && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
         e->goodbye = true; /* the server is ending this session */
-    char msg[BF_DIAG_MAX];
+    char msg[BF_DIAG_MAX], cls[3] = "";
     engine_describe(res, msg, sizeof msg);
-    bf__log(e, BF_LOG_WARN, "database notice: %s", msg);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = BF_LOG_WARN;
+    rec.event = BF_EV_DB_NOTICE;
+    if (state != NULL && strlen(state) == 5) {
+        memcpy(cls, state, 2);
+        rec.reason = cls;
+    }
+    bf__log_event(e, &rec, "database notice: %s", msg);
 }
 
 static bf_err engine_connect(bf_engine *e)
@@ -262,8 +304,11 @@ static bf_err engine_connect(bf_engine *e)
         memset(e->prepared, 0, bf_registry_count(e->reg));
     e->stmt_prepared = 0; /* a new connection has no prepared statements */
     e->listening = false; /* a new connection listens to nothing */
-    if (e->outage)
-        bf__log(e, BF_LOG_INFO, "database connection restored");
+    if (e->outage) {
+        bf_log_record rec = BF_LOG_RECORD_INIT;
+        rec.event = BF_EV_DB_CONNECTION_RESTORED;
+        bf__log_event(e, &rec, "database connection restored");
+    }
     e->outage = false;
     e->connect_failures = 0;
     return BF_OK;
@@ -296,8 +341,13 @@ bf_err bf__ensure_conn(bf_engine *e)
             bf__rollback(e);
         return BF_OK;
     }
-    if (!e->outage)
-        bf__log(e, BF_LOG_WARN, "database connection lost, reconnecting");
+    if (!e->outage) {
+        bf_log_record rec = BF_LOG_RECORD_INIT;
+        rec.level = BF_LOG_WARN;
+        rec.event = BF_EV_DB_CONNECTION_LOST;
+        rec.reason = "08";
+        bf__log_event(e, &rec, "database connection lost, reconnecting");
+    }
     e->outage = true;
     return engine_connect(e);
 }
@@ -386,7 +436,11 @@ bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what)
         engine_describe(res, msg, sizeof msg);
     else /* no server message: libpq's own (connection) text */
         bf__copy(msg, sizeof msg, e->conn ? PQerrorMessage(e->conn) : "no connection");
-    bf__log(e, BF_LOG_WARN, "%s failed: %s", what, msg);
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    char cls_buf[3];
+    rec.level = BF_LOG_WARN;
+    rec.reason = bf__sqlstate_class(e, cls_buf);
+    bf__log_event(e, &rec, "%s failed: %s", what, msg);
     /* the client sees only our label, the SQLSTATE and the violated constraint's name (which
      * operators need to find the cause): no server text, values or query */
     const char *cname = server ? PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME) : NULL;

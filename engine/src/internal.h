@@ -76,8 +76,19 @@ struct bf_engine {
     bool cancelled;
 };
 
+/* A plain message (event BF_EV_NONE, no fields). */
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* One event: rec (from BF_LOG_RECORD_INIT) carries the level, the event and the fields that
+ * apply; the message is formatted into rec->msg here. Every record reaches the callback,
+ * whatever its level. Call it exactly once per occurrence: the service counts these. */
+void bf__log_event(const bf_engine *e, bf_log_record *rec, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* CLOCK_MONOTONIC in microseconds (durations of steps and validation passes). */
+int64_t bf__monotonic_us(void);
+/* The class (two characters, "40") of the SQLSTATE of the last failed statement into buf (3
+ * bytes); NULL when none was recorded. A bounded reason for log records. */
+const char *bf__sqlstate_class(const bf_engine *e, char *buf);
 /* Set the engine's client-safe diagnostic (bounded); returns err for tail calls. */
 bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -115,6 +126,7 @@ typedef enum bf_stmt {
     BF_STMT_GATE = 2,
     BF_STMT_MIGRATIONS = 3,
     BF_STMT_READINESS = 4,
+    BF_STMT_STATS = 5,
     BF_STMT_COUNT
 } bf_stmt;
 

@@ -293,14 +293,20 @@ bf_err bf_migrate(bf_engine *e)
                         "INSERT INTO buzz_backfill.schema_migration (version, name, checksum)"
                         " VALUES ($1::integer, $2, $3)",
                         3, params);
-        if (err == BF_OK)
-            bf__log(e, BF_LOG_INFO, "applied engine migration %d (%s)", v, m->name);
     }
     if (err == BF_OK)
         err = bf__commit(e);
-    if (err != BF_OK)
+    if (err != BF_OK) {
         bf__rollback(e);
-    return err;
+        return err;
+    }
+    /* one event per version, once it committed */
+    for (int v = next; v <= BF_SCHEMA_VERSION; v++) {
+        bf_log_record rec = BF_LOG_RECORD_INIT;
+        rec.event = BF_EV_SCHEMA_MIGRATED;
+        bf__log_event(e, &rec, "applied engine migration %d (%s)", v, migrations[v - 1].name);
+    }
+    return BF_OK;
 }
 
 /* The readiness statement: the applied migrations, then the gate's rows (version NULL). */

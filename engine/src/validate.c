@@ -333,7 +333,9 @@ static bf_err validate_run(validate_ctx *v, bool held)
         err = validate_current_state(v, "coalesced: validation already in progress");
     } else {
         bf_validation_run run;
+        int64_t started_us = bf__monotonic_us();
         err = bf__validation_run(e, c, bound, empty, NULL, NULL, &run);
+        int64_t pass_us = bf__monotonic_us() - started_us;
         if (err != BF_OK) {
             char reason[BF_DIAG_MAX];
             bf__format(reason, sizeof reason, "validation could not complete: %s", e->diag);
@@ -343,6 +345,23 @@ static bf_err validate_run(validate_ctx *v, bool held)
             bf__copy(out->detail, sizeof out->detail, run.detail);
             bool completes = run.outcome == BF_VALIDATION_SUCCESS && state == BF_STATE_VALIDATING;
             err = out->err = validate_record(v, true, completes ? generation : -1);
+            if (err == BF_OK) { /* recorded: one event per recorded explicit pass */
+                bf_log_record rec = BF_LOG_RECORD_INIT;
+                bool passed = run.outcome == BF_VALIDATION_SUCCESS;
+                rec.level = passed ? BF_LOG_INFO : BF_LOG_WARN;
+                rec.event = passed ? BF_EV_VALIDATION_PASSED : BF_EV_VALIDATION_FAILED;
+                rec.id = v->id;
+                rec.generation = generation;
+                rec.batch_size = c->def->batch_size;
+                rec.duration_us = pass_us;
+                rec.reason = passed ? NULL
+                             : run.verdict == BF_ERR_PREREQUISITE
+                                 ? bf__error_class_name(BF_ERR_PREREQUISITE)
+                                 : bf__error_class_name(BF_ERR_VALIDATION_FAILED);
+                bf__log_event(e, &rec, "%s: explicit validation %s%s: %s", v->id,
+                              passed ? "passed" : "failed", out->changed ? ", completed" : "",
+                              run.detail);
+            }
         }
     }
     if (held)

@@ -51,6 +51,12 @@ struct bf_worker {
     char checkpoint[BF_KEY_TEXT_MAX]; /* text[] literal */
     bool prereq_checked;
     bool validation_locked; /* this session holds the validation lock of id */
+
+    /* for log records: CLOCK_MONOTONIC start of the step in progress (0 outside a step), and
+     * the row's progress counters as of the claim plus every batch.committed reported since,
+     * so that a failed step's committed batches are reported too (worker_report_partial) */
+    int64_t step_started_us;
+    int64_t seen_batches, seen_rows, seen_touched;
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -67,7 +73,39 @@ static void worker_drop_claim(bf_worker *w)
     }
 }
 
-static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_step_info *info);
+static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
+                          bf_step_info *info);
+
+/* A record about the held (or just lost) claim: its id, generation, checkpoint (after the
+ * event) and the definition's batch size; the duration of the step so far when in one. */
+static bf_log_record worker_record(const bf_worker *w, bf_log_level level, bf_event event)
+{
+    bf_log_record rec = BF_LOG_RECORD_INIT;
+    rec.level = level;
+    rec.event = event;
+    rec.id = w->id;
+    rec.generation = w->generation;
+    rec.checkpoint = w->has_checkpoint ? w->checkpoint : NULL;
+    rec.batch_size = w->c != NULL ? w->c->def->batch_size : -1;
+    if (w->step_started_us > 0)
+        rec.duration_us = bf__monotonic_us() - w->step_started_us;
+    return rec;
+}
+
+/* The bounded reason of a failure: "stop" when a stop cancelled it, "fence" for a stale owner,
+ * the SQLSTATE class of the statement that failed, else "timeout" or the error class. buf: 3
+ * bytes. */
+static const char *worker_reason(const bf_engine *e, bf_err err, char *buf)
+{
+    if (e->cancelled)
+        return "stop";
+    if (err == BF_ERR_STALE)
+        return "fence";
+    const char *cls = bf__sqlstate_class(e, buf);
+    if (cls != NULL)
+        return cls;
+    return err == BF_ERR_TIMEOUT ? "timeout" : bf__error_class_name(err);
+}
 
 static int worker_max_attempts(const bf_compiled *c)
 {
@@ -105,14 +143,16 @@ static const char claim_sql[] =
     "  updated_at = clock_timestamp()"
     "  FROM p WHERE b.id = p.id"
     "  RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
-    "  p.prev_owner, b.attempts, p.exhausted, p.prev_state),"
+    "  p.prev_owner, b.attempts, p.exhausted, p.prev_state, b.batches_committed,"
+    "  coalesce(b.rows_covered, 0) AS rows_covered, b.rows_committed),"
     " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority, prior_state,"
     "  result_state, generation, outcome)"
     "  SELECT $1, 'worker', $2, 'engine', u.prev_state, 'failed', u.generation, $6 FROM u"
     "  WHERE u.exhausted RETURNING 1)"
     " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
     " u.attempts, u.exhausted, CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text"
-    " END FROM u"; /* (a data-modifying WITH runs whether or not it is read) */
+    " END, u.batches_committed, u.rows_covered, u.rows_committed FROM u";
+/* (a data-modifying WITH runs whether or not it is read) */
 
 /* Claim id. validating: the row was seen in validating, so the validation lock is taken first
  * and the row is left alone (no claim, no generation) while another session validates it. */
@@ -143,8 +183,16 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     if (err == BF_OK && PQntuples(r) == 0)
         err = bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
     if (err == BF_OK && bf__field_bool(r, 0, 7)) {
-        bf__log(e, BF_LOG_ERROR, "%s: failed: attempt %lld expired before its work committed", id,
-                (long long)bf__field_i64(r, 0, 6));
+        bf_log_record rec = BF_LOG_RECORD_INIT;
+        rec.level = BF_LOG_ERROR;
+        rec.event = BF_EV_BACKFILL_FAILED;
+        rec.id = id;
+        rec.generation = bf__field_i64(r, 0, 0);
+        rec.checkpoint = bf__isnull(r, 0, 4) ? NULL : bf__field(r, 0, 4);
+        rec.batch_size = c->def->batch_size;
+        rec.reason = "timeout";
+        bf__log_event(e, &rec, "%s: failed: attempt %lld expired before its work committed", id,
+                      (long long)bf__field_i64(r, 0, 6));
         err = bf__diag(e, BF_ERR_NO_WORK, "%s failed: its attempts expired", id);
     }
     if (err != BF_OK) {
@@ -165,6 +213,9 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     w->bound_empty = bf__field_bool(r, 0, 3);
     w->has_checkpoint = !bf__isnull(r, 0, 4);
     w->prereq_checked = false;
+    w->seen_batches = bf__field_i64(r, 0, 9);
+    w->seen_rows = bf__field_i64(r, 0, 10);
+    w->seen_touched = bf__field_i64(r, 0, 11);
     err = bf__key_field(e, w->bound, r, 0, 2);
     if (err == BF_OK)
         err = bf__key_field(e, w->checkpoint, r, 0, 4);
@@ -177,16 +228,19 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
         w->bound[0] = w->checkpoint[0] = '\0';
         bf_step_info info;
         memset(&info, 0, sizeof info);
-        (void)worker_fail(w, BF_ERR_DATA_INVARIANT, detail, &info);
+        (void)worker_fail(w, BF_ERR_DATA_INVARIANT, detail, NULL, &info);
         return bf__diag(e, BF_ERR_NO_WORK, "%s: %s", id, detail);
     }
-    if (!bf__isnull(r, 0, 5))
-        bf__log(e, BF_LOG_INFO, "took over %s at generation %lld (%s) from %s; attempt %lld", id,
-                (long long)w->generation, bf_state_name(w->state), bf__field(r, 0, 5),
-                (long long)bf__field_i64(r, 0, 6));
+    bool takeover = !bf__isnull(r, 0, 5);
+    bf_log_record rec =
+        worker_record(w, BF_LOG_INFO, takeover ? BF_EV_CLAIM_TAKEOVER : BF_EV_CLAIM_ACQUIRED);
+    if (takeover)
+        bf__log_event(e, &rec, "took over %s at generation %lld (%s) from %s; attempt %lld", id,
+                      (long long)w->generation, bf_state_name(w->state), bf__field(r, 0, 5),
+                      (long long)bf__field_i64(r, 0, 6));
     else
-        bf__log(e, BF_LOG_INFO, "claimed %s at generation %lld (%s)", id, (long long)w->generation,
-                bf_state_name(w->state));
+        bf__log_event(e, &rec, "claimed %s at generation %lld (%s)", id, (long long)w->generation,
+                      bf_state_name(w->state));
     PQclear(r);
     if (w->hooks.after_claim != NULL)
         w->hooks.after_claim(w->hooks.arg, w->id, w->generation);
@@ -251,11 +305,15 @@ bf_err bf_worker_renew(bf_worker *w)
     int n = PQntuples(r);
     PQclear(r);
     if (n == 0) {
-        bf__log(e, BF_LOG_WARN, "lost claim on %s at generation %lld", w->id,
-                (long long)w->generation);
+        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
+        rec.reason = "lost";
+        bf__log_event(e, &rec, "lost claim on %s at generation %lld", w->id,
+                      (long long)w->generation);
         worker_drop_claim(w);
         return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
     }
+    bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_CLAIM_RENEWED);
+    bf__log_event(e, &rec, "renewed %s at generation %lld", w->id, (long long)w->generation);
     return BF_OK;
 }
 
@@ -270,14 +328,19 @@ bf_err bf_worker_release(bf_worker *w)
     worker_param_int(gen, sizeof gen, w->generation);
     const char *params[] = {w->id, gen, e->owner};
     bf_err err = bf__ensure_conn(e);
+    PGresult *r = NULL;
     if (err == BF_OK)
-        err = bf__exec0(e, "release claim",
-                        "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
-                        " claim_expires_at = NULL, claimed_at = NULL"
-                        " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3",
-                        3, params);
-    if (err == BF_OK)
-        bf__log(e, BF_LOG_INFO, "released %s at generation %lld", w->id, (long long)w->generation);
+        err = bf__exec(e, &r, "release claim",
+                       "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
+                       " claim_expires_at = NULL, claimed_at = NULL"
+                       " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+                       " RETURNING 1",
+                       3, params);
+    if (err == BF_OK && PQntuples(r) == 1) { /* not when it was no longer ours */
+        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_CLAIM_RELEASED);
+        bf__log_event(e, &rec, "released %s at generation %lld", w->id, (long long)w->generation);
+    }
+    PQclear(r);
     worker_drop_claim(w);
     return err;
 }
@@ -362,8 +425,10 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
 
 static bf_err step_lost(bf_worker *w, bf_step_info *info)
 {
-    bf__log(w->e, BF_LOG_WARN, "%s: stale owner rejected at generation %lld", info->id,
-            (long long)info->generation);
+    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_BATCH_FENCED_OUT);
+    rec.reason = "fence";
+    bf__log_event(w->e, &rec, "%s: stale owner rejected at generation %lld", info->id,
+                  (long long)info->generation);
     worker_drop_claim(w);
     info->step = BF_STEP_LOST;
     bf__copy(info->detail, sizeof info->detail, "claim or generation no longer current");
@@ -397,9 +462,13 @@ static failure_mode failure_mode_of(bf_err err)
  * claim cannot conflict with anyone, and recording the attempt keeps a statement that
  * outlasts its lease from retrying forever without being counted.
  */
-static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_step_info *info)
+static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
+                          bf_step_info *info)
 {
     bf_engine *e = w->e;
+    char cls[3];
+    if (reason == NULL) /* before the statements below reset the SQLSTATE */
+        reason = worker_reason(e, cause, cls);
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
@@ -453,9 +522,13 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, bf_ste
     info->step = st == BF_STATE_BLOCKED  ? BF_STEP_BLOCKED
                  : st == BF_STATE_FAILED ? BF_STEP_FAILED
                                          : BF_STEP_RETRY;
-    bf__log(e, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR, "%s: attempt %d %s: %s",
-            w->id, attempts, info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st),
-            bounded);
+    bf_log_record rec = worker_record(w, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR,
+                                      info->step == BF_STEP_RETRY     ? BF_EV_ATTEMPT_RETRY
+                                      : info->step == BF_STEP_BLOCKED ? BF_EV_BACKFILL_BLOCKED
+                                                                      : BF_EV_BACKFILL_FAILED);
+    rec.reason = reason;
+    bf__log_event(e, &rec, "%s: attempt %d %s: %s", w->id, attempts,
+                  info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st), bounded);
     return BF_OK;
 }
 
@@ -687,8 +760,9 @@ static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_
     if (err == BF_ERR_STALE) /* the generation and owner still match, so the claim expired or
                                  the row moved under it (a result lost with its connection) */
         return worker_fail(w, BF_ERR_TIMEOUT,
-                           "fenced out at commit: the claim expired or the row changed", info);
-    return worker_fail(w, err, detail[0] ? detail : w->e->diag, info);
+                           "fenced out at commit: the claim expired or the row changed", "timeout",
+                           info);
+    return worker_fail(w, err, detail[0] ? detail : w->e->diag, NULL, info);
 }
 
 /* Once per claim, before the first batch: the key is still unique (its index may have been
@@ -702,7 +776,7 @@ static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
     bf_err err = bf__key_unique(e, w->c);
     if (err == BF_ERR_DEFINITION || err == BF_ERR_PREREQUISITE) {
         *blocked = true;
-        return worker_fail(w, BF_ERR_PREREQUISITE, e->diag, info);
+        return worker_fail(w, BF_ERR_PREREQUISITE, e->diag, NULL, info);
     }
     if (err != BF_OK)
         return err;
@@ -723,10 +797,74 @@ static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
     PQclear(r);
     if (!holds) {
         *blocked = true;
-        return worker_fail(w, BF_ERR_PREREQUISITE, "prerequisite not met", info);
+        return worker_fail(w, BF_ERR_PREREQUISITE, "prerequisite not met", "prerequisite", info);
     }
     w->prereq_checked = true;
     return BF_OK;
+}
+
+/* One batch.committed record for batches a step committed: its deltas of the row's counters
+ * (the fence adds exactly these to batches_committed, rows_covered and rows_committed). */
+static void worker_report_committed(bf_worker *w, long batches, long rows, long touched)
+{
+    w->seen_batches += batches;
+    w->seen_rows += rows;
+    w->seen_touched += touched;
+    bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_BATCH_COMMITTED);
+    rec.batches = batches;
+    rec.rows = rows;
+    rec.touched = touched;
+    bf__log_event(w->e, &rec, "%s: %ld batches committed, %ld keys, %ld rows changed", w->id,
+                  batches, rows, touched);
+}
+
+/*
+ * A failed step may still have committed batches: the loop's batches before the one that
+ * failed (each commits by itself), or a callback batch whose COMMIT's answer was lost. Their
+ * counts never reach the client, so they are read back from the row's counters and reported
+ * like any step's, keeping the records equal to what PostgreSQL counted. Only commits of this
+ * generation are this worker's: the read requires the generation to be unchanged, or the row
+ * to be unclaimed (a pause or a failure since; nobody could commit without a claim). Leaves
+ * the diagnostic and SQLSTATE of the failure as they were, and cannot be cancelled by a stop.
+ */
+static void worker_report_partial(bf_worker *w)
+{
+    bf_engine *e = w->e;
+    char diag[BF_DIAG_MAX], sqlstate[sizeof e->sqlstate];
+    bf__copy(diag, sizeof diag, e->diag);
+    memcpy(sqlstate, e->sqlstate, sizeof sqlstate);
+    int stop_fd = e->stop_fd;
+    e->stop_fd = -1;
+    char gen[24];
+    worker_param_int(gen, sizeof gen, w->generation);
+    const char *params[] = {w->id, gen};
+    PGresult *r = NULL;
+    if (bf__ensure_conn(e) == BF_OK &&
+        bf__exec(e, &r, "read progress",
+                 "SELECT batches_committed, coalesce(rows_covered, 0), rows_committed,"
+                 " checkpoint::text FROM buzz_backfill.backfill WHERE id = $1"
+                 " AND (generation = $2::bigint OR claim_owner IS NULL)",
+                 2, params) == BF_OK &&
+        PQntuples(r) == 1) {
+        int64_t batches = bf__field_i64(r, 0, 0) - w->seen_batches;
+        int64_t rows = bf__field_i64(r, 0, 1) - w->seen_rows;
+        int64_t touched = bf__field_i64(r, 0, 2) - w->seen_touched;
+        if (batches > 0 && bf__key_field(e, w->checkpoint, r, 0, 3) == BF_OK) {
+            w->has_checkpoint = !bf__isnull(r, 0, 3);
+            /* rows_covered is NULL (read as 0) for progress made before schema version 3 */
+            worker_report_committed(w, (long)batches, rows >= 0 ? (long)rows : 0, (long)touched);
+        }
+    }
+    PQclear(r);
+    e->stop_fd = stop_fd;
+    bf__copy(e->diag, sizeof e->diag, diag);
+    memcpy(e->sqlstate, sqlstate, sizeof sqlstate);
+}
+
+/* A rollback a stop asked for is routine; any other is worth a warning. */
+static bf_log_level worker_rollback_level(const bf_worker *w)
+{
+    return w->e->cancelled ? BF_LOG_INFO : BF_LOG_WARN;
 }
 
 static bf_err step_running(bf_worker *w, bf_step_info *info)
@@ -744,13 +882,24 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         } else {
             err = batch_loop(w, &done, cp);
         }
-        if (err != BF_OK)
+        if (err != BF_OK) {
+            /* the batch in flight rolled back (the reason is taken before the progress read) */
+            char cls[3];
+            bf_log_record rec = worker_record(w, worker_rollback_level(w), BF_EV_BATCH_ROLLED_BACK);
+            rec.reason = worker_reason(w->e, err, cls);
+            worker_report_partial(w);
+            rec.checkpoint = w->has_checkpoint ? w->checkpoint : NULL;
+            bf__log_event(w->e, &rec, "%s: the batch in flight rolled back: %s", w->id,
+                          detail[0] ? detail : w->e->diag);
             return step_failed(w, err, detail, info);
+        }
     }
     if (done.batches == 0) { /* no admitted work remains after the checkpoint */
         err = worker_enter_validating(w);
         if (err != BF_OK)
             return step_failed(w, err, "", info);
+        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_BACKFILL_VALIDATING);
+        bf__log_event(w->e, &rec, "%s: reached its bound, validating", w->id);
         info->step = BF_STEP_VALIDATING;
         bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
         return BF_OK;
@@ -758,6 +907,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     /* batches committed (when they reached the end, the next step finds none left) */
     w->has_checkpoint = true;
     bf__copy(w->checkpoint, sizeof w->checkpoint, cp);
+    worker_report_committed(w, done.batches, done.rows, done.touched);
     info->step = BF_STEP_BATCH;
     info->batches = done.batches;
     info->rows = done.rows;
@@ -788,7 +938,9 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     }
     const bf_compiled *c = w->c;
     bf_validation_run run;
+    int64_t started_us = bf__monotonic_us();
     err = bf__validation_run(e, c, w->bound, w->bound_empty, renew_gate, w, &run);
+    int64_t pass_us = bf__monotonic_us() - started_us;
     if (w->validation_locked) { /* a lost claim released it already */
         bf__validation_unlock(e, w->id);
         w->validation_locked = false;
@@ -799,13 +951,23 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
         err = worker_complete(w, run.detail);
         if (err != BF_OK)
             return step_failed(w, err, "", info);
+        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_VALIDATION_PASSED);
+        rec.duration_us = pass_us;
+        bf__log_event(e, &rec, "%s: validated and completed: %s", w->id, run.detail);
         info->step = BF_STEP_COMPLETED;
         bf__copy(info->detail, sizeof info->detail, run.detail);
         return BF_OK;
     }
-    return worker_fail(
-        w, run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE : BF_ERR_VALIDATION_FAILED,
-        run.detail, info);
+    bf_err cause =
+        run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE : BF_ERR_VALIDATION_FAILED;
+    err = worker_fail(w, cause, run.detail, bf__error_class_name(cause), info);
+    if (err == BF_OK && info->step != BF_STEP_LOST) { /* the outcome was recorded */
+        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_VALIDATION_FAILED);
+        rec.duration_us = pass_us;
+        rec.reason = bf__error_class_name(cause);
+        bf__log_event(e, &rec, "%s: validation failed: %s", w->id, run.detail);
+    }
+    return err;
 }
 
 bf_err bf_worker_step(bf_worker *w, bf_step_info *out)
@@ -826,7 +988,9 @@ bf_err bf_worker_step(bf_worker *w, bf_step_info *out)
     e->stop_fd = w->wake[0];
     e->stop = &w->stop;
     e->cancelled = false;
+    w->step_started_us = bf__monotonic_us();
     err = w->state == BF_STATE_VALIDATING ? step_validating(w, out) : step_running(w, out);
+    w->step_started_us = 0;
     e->stop_fd = -1;
     e->stop = NULL;
     if (err == BF_OK && w->hooks.after_step != NULL)

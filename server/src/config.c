@@ -33,7 +33,15 @@
 #define CONFIG_LINE_MAX   65536
 #define CONFIG_OPT_BASE   1000
 
-typedef enum key_type { KT_STRING, KT_LIST, KT_INT, KT_BOOL, KT_LEVEL, KT_MODE } key_type;
+typedef enum key_type {
+    KT_STRING,
+    KT_LIST,
+    KT_INT,
+    KT_BOOL,
+    KT_LEVEL,
+    KT_MODE,
+    KT_FORMAT
+} key_type;
 
 typedef struct key_def {
     const char *name;
@@ -119,8 +127,16 @@ static const key_def config_keys[] = {
      "Connections one peer (remote IP address; on ipc:// the user id) holds at once, over all "
      "listeners.",
      F(max_connections_per_peer), NOCOUNT},
+    {"http_listen", KT_STRING, NULL, 0, 0, "URL",
+     "HTTP listener of GET /metrics (Prometheus), /livez and /readyz: http://host:port, no "
+     "token, so bind it to loopback or a monitoring network (off when unset).",
+     F(http_listen), NOCOUNT},
     {"log_level", KT_LEVEL, "info", 0, 0, "LEVEL", "debug, info, warn or error (to stderr).",
      F(log_level), NOCOUNT},
+    {"log_format", KT_FORMAT, "text", 0, 0, "text|json",
+     "Log lines: text, or json (one JSON object per line: time, level, event, pid, msg and the "
+     "event's fields).",
+     F(log_format), NOCOUNT},
 };
 
 #define NKEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
@@ -465,6 +481,11 @@ static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag,
                                    "%s: %s must be debug, info, warn or error", raw->origin[k],
                                    d->name);
             break;
+        case KT_FORMAT:
+            if (!srv_log_format_parse(v, (srv_log_format *)field))
+                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be text or json", raw->origin[k], d->name);
+            break;
         }
     }
     return BF_OK;
@@ -589,6 +610,26 @@ static bf_err config_check_listen_entry(const srv_config *cfg, size_t i, char *d
     return BF_OK;
 }
 
+/* http_listen: http://host:port with a port 1..65535 (no path: the endpoints are fixed). */
+static bf_err config_check_http_listen(const srv_config *cfg, char *diag, size_t cap)
+{
+    const char *origin = config_origin(cfg, "http_listen");
+    const char *u = cfg->http_listen;
+    if (!config_has_prefix(u, "http://"))
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: http_listen: expected http://host:port", origin);
+    char host[256];
+    const char *port = NULL;
+    size_t port_len = 0;
+    if (!config_host_port(u + 7, host, sizeof host, &port, &port_len))
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: http_listen: expected http://host:port", origin);
+    if (!config_port_valid(port, port_len))
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: http_listen: port must be a number from 1 to 65535", origin);
+    return BF_OK;
+}
+
 static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
 {
     bf_err bad = BF_ERR_INVALID_ARGUMENT;
@@ -625,6 +666,8 @@ static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
         if ((err = config_check_listen_entry(cfg, i, diag, cap)) != BF_OK)
             return err;
     }
+    if (cfg->http_listen != NULL && (err = config_check_http_listen(cfg, diag, cap)) != BF_OK)
+        return err;
     if (network && cfg->trusted_keys_file == NULL)
         return config_fail(diag, cap, bad,
                            "tcp:// and tls+tcp:// listeners need trusted_keys_file: only tokens "
@@ -701,11 +744,14 @@ static bf_err config_check_ipc_path(const srv_config *cfg, size_t i, const char 
     return BF_OK;
 }
 
-/* A tcp:// or tls+tcp:// host must resolve (an empty host means every address). */
+/* The host of a listener URL must resolve (an empty host means every address). i: the listen
+ * entry, or SIZE_MAX for http_listen. */
 static bf_err config_check_host(const srv_config *cfg, size_t i, char *diag, size_t cap)
 {
-    const char *u = cfg->listen[i];
-    const char *rest = u + (strncmp(u, "tcp://", 6) == 0 ? 6 : 10);
+    const char *u = i == SIZE_MAX ? cfg->http_listen : cfg->listen[i];
+    const char *rest = u + (strncmp(u, "tcp://", 6) == 0    ? 6
+                            : strncmp(u, "http://", 7) == 0 ? 7
+                                                            : 10);
     char host[256], port[8];
     const char *p = NULL;
     size_t port_len = 0;
@@ -720,6 +766,10 @@ static bf_err config_check_host(const srv_config *cfg, size_t i, char *diag, siz
     int rv = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
     if (res != NULL)
         freeaddrinfo(res);
+    if (rv != 0 && i == SIZE_MAX)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: http_listen: the host does not resolve: %s",
+                           config_origin(cfg, "http_listen"), gai_strerror(rv));
     if (rv != 0)
         return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
                            "%s: listen entry %zu: the host does not resolve: %s",
@@ -742,6 +792,8 @@ bf_err srv_config_check_environment(const srv_config *cfg, char *diag, size_t di
             err = config_check_host(cfg, i, diag, diag_len);
         }
     }
+    if (err == BF_OK && cfg->http_listen != NULL)
+        err = config_check_host(cfg, SIZE_MAX, diag, diag_len);
     if (err == BF_OK && cfg->trusted_keys_file != NULL)
         err = config_check_file(cfg, "trusted_keys_file", cfg->trusted_keys_file, S_IWGRP | S_IWOTH,
                                 "writable by group or others (chmod go-w)", diag, diag_len);
@@ -883,6 +935,7 @@ void srv_config_fini(srv_config *cfg)
     free(cfg->database_url);
     config_free_list(cfg->listen, cfg->n_listen);
     free(cfg->tls_cert_key_file);
+    free(cfg->http_listen);
     config_free_list(cfg->modules, cfg->n_modules);
     free(cfg->token_audience);
     free(cfg->trusted_keys_file);
@@ -1056,6 +1109,9 @@ void srv_config_print(FILE *f, const srv_config *cfg)
         case KT_LEVEL:
             fputs(srv_log_level_name(*(const bf_log_level *)field), f);
             break;
+        case KT_FORMAT:
+            fputs(srv_log_format_name(*(const srv_log_format *)field), f);
+            break;
         }
         fprintf(f, "  # %s\n", cfg->origin[k][0] ? cfg->origin[k] : "default");
     }
@@ -1072,6 +1128,8 @@ static const char *config_type_hint(const key_def *d)
         return "comma list";
     case KT_LEVEL:
         return "level";
+    case KT_FORMAT:
+        return "text|json";
     case KT_MODE:
         return "octal mode";
     case KT_STRING:

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "buzz/engine.h"
+#include "log.h"
 
 typedef enum srv_command {
     SRV_CMD_RUN = 0,      /* serve the admin API and run workers (default) */
@@ -23,7 +24,7 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       23 /* settings in the table */
+#define SRV_CONFIG_KEYS       25 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -37,6 +38,7 @@ typedef struct srv_config {
     char **listen;      /* ipc://, tcp://, tls+tcp:// URLs */
     size_t n_listen;
     char *tls_cert_key_file; /* PEM certificate + private key for tls+tcp:// */
+    char *http_listen;       /* http://host:port of /metrics, /livez, /readyz; NULL: off */
     int threads;             /* transport threads (concurrent requests) */
     int workers;             /* worker threads (concurrent backfills) */
     char **modules;          /* definitions modules (.so paths) */
@@ -58,6 +60,7 @@ typedef struct srv_config {
     int max_connections;          /* per listener */
     int max_connections_per_peer; /* per remote IP (tcp, tls) or uid (ipc) */
     bf_log_level log_level;
+    srv_log_format log_format; /* text or json lines */
 
     /* where each effective value came from, in table order (for check-config) */
     char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];

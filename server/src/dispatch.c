@@ -54,6 +54,7 @@
 #include <sodium.h>
 
 #include "buzz/token.h"
+#include "metrics.h"
 #include "srv.h"
 
 #define DISPATCH_MAX_SERVICES   8
@@ -112,10 +113,11 @@ int64_t srv_call_remaining_us(const srv_call *call)
     return call->deadline_us - srv_now_us();
 }
 
-static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void dispatch_log(const srv_context *ctx, bf_log_level level, bf_event event,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void dispatch_log(const srv_context *ctx, bf_log_level level, const char *fmt, ...)
+static void dispatch_log(const srv_context *ctx, bf_log_level level, bf_event event,
+                         const char *fmt, ...)
 {
     if (ctx == NULL || ctx->engine_cfg.log == NULL)
         return;
@@ -126,6 +128,7 @@ static void dispatch_log(const srv_context *ctx, bf_log_level level, const char 
     va_end(ap);
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
+    rec.event = event;
     rec.msg = buf;
     ctx->engine_cfg.log(ctx->engine_cfg.log_arg, &rec);
 }
@@ -315,8 +318,9 @@ static void dispatch_audit(srv_dispatcher *d, dispatch_call *dc, const dispatch_
         rc = srv_rejects_audit(d->rejects, call->session, action, id, &actor, err, outcome);
     }
     if (rc != BF_OK)
-        dispatch_log(d->ctx, BF_LOG_ERROR, "could not audit rejected %s (%s): %s", action,
-                     bf_err_str(err), bf_err_str(rc));
+        dispatch_log(d->ctx, BF_LOG_ERROR, BF_EV_AUDIT_FAILED,
+                     "could not audit rejected %s (%s): %s", action, bf_err_str(err),
+                     bf_err_str(rc));
 }
 
 /* The protoc-c closure: pack the handler's message into call->body. */
@@ -433,8 +437,10 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
     char diag[160] = "";
     bf_err err = dispatch_authenticate(d, dc, req, who, diag, sizeof diag);
     if (err != BF_OK || !who->authenticated) {
+        srv_metrics_auth_rejected(d->ctx->metrics, err, diag);
         if (err == BF_ERR_NOMEM || err == BF_ERR_INTERNAL) {
-            dispatch_log(d->ctx, BF_LOG_ERROR, "authentication failed: %s", bf_err_str(err));
+            dispatch_log(d->ctx, BF_LOG_ERROR, BF_EV_AUTH_ERROR, "authentication failed: %s",
+                         bf_err_str(err));
             dispatch_reject(d, dc, req, NULL, err, bf_err_str(err), NULL);
             return;
         }
@@ -444,6 +450,7 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
     }
     call->who = who;
     if (srv_auth_authorize(who, req->policy->caps) != BF_OK) {
+        srv_metrics_auth_rejected(d->ctx->metrics, BF_ERR_PERMISSION_DENIED, NULL);
         char detail[96] = "missing capability:";
         uint32_t missing = req->policy->caps & ~who->caps;
         for (uint32_t bit = 1; bit != 0 && missing != 0; bit <<= 1)
@@ -574,6 +581,8 @@ bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *pee
 
     dispatch_run(d, &dc, &req, &who, in, in_len, received_us);
     bf_err err = dispatch_encode(&dc, &req, out, out_len);
+    srv_metrics_rpc(d->ctx->metrics, dc.method != NULL ? req.svc->service->descriptor : NULL,
+                    req.method_index, dc.call.code, srv_now_us() - received_us);
 
     if (req.input != NULL)
         protobuf_c_message_free_unpacked(req.input, &req.budget.allocator);

@@ -1,6 +1,8 @@
 /*
  * main.c - buzz-backfilld: composes the subsystems in order, serves until SIGTERM or SIGINT,
- * and takes them down in reverse. The order and its reasons are in startup.h.
+ * and takes them down in reverse. The order and its reasons are in startup.h; the metrics come
+ * first (their observer sees every log record from then on) and the optional HTTP listener
+ * (http_listen) right after the admin listeners, before the startup sequence.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,8 @@
 
 #include "config.h"
 #include "notify.h"
+#include "http.h"
+#include "metrics.h"
 #include "startup.h"
 #include "transport.h"
 
@@ -23,10 +27,27 @@ static int daemon_fail(const char *what, const char *diag)
     return 1;
 }
 
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics);
+
 static int daemon_run(const srv_config *cfg)
 {
-    char diag[512] = "";
     srv_log_setup(cfg->log_level);
+    srv_log_set_format(cfg->log_format);
+    srv_metrics *metrics = NULL;
+    const ProtobufCServiceDescriptor *services[] = {srv_admin_service()->descriptor,
+                                                    srv_readiness_service()->descriptor};
+    if (srv_metrics_new(&metrics, BUZZ_VERSION, services, 2) != BF_OK)
+        return daemon_fail("metrics", "cannot allocate the metrics");
+    srv_log_set_observer(srv_metrics_event, metrics); /* before any thread logs */
+    int rc = daemon_serve(cfg, metrics);
+    srv_log_set_observer(NULL, NULL);
+    srv_metrics_free(metrics);
+    return rc;
+}
+
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
+{
+    char diag[512] = "";
     if (srv_signals_block() != BF_OK)
         return daemon_fail("signals", "cannot block termination signals");
     srv_fd_limit_raise(cfg);
@@ -44,11 +65,13 @@ static int daemon_run(const srv_config *cfg)
 
     srv_context ctx;
     srv_context_init(&ctx, cfg, registry, auth);
+    ctx.metrics = metrics;
 
     int rc = 1;
     srv_dispatcher *dispatcher = NULL;
     srv_transport *transport = NULL;
     srv_startup *startup = NULL;
+    srv_http *http = NULL;
     srv_transport_config tcfg = srv_transport_config_from(cfg);
     if (srv_dispatcher_new(&dispatcher, &ctx) != BF_OK ||
         srv_dispatcher_add(dispatcher, srv_admin_service(), srv_admin_policies()) != BF_OK ||
@@ -58,11 +81,15 @@ static int daemon_run(const srv_config *cfg)
     } else if (srv_transport_new(&transport, dispatcher, &ctx, &tcfg, diag, sizeof diag) != BF_OK ||
                srv_transport_start(transport, diag, sizeof diag) != BF_OK) {
         daemon_fail("listeners", diag);
+    } else if (cfg->http_listen != NULL &&
+               srv_http_new(&http, cfg->http_listen, &ctx, metrics, diag, sizeof diag) != BF_OK) {
+        daemon_fail("http_listen", diag);
     } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
         daemon_fail("startup", "cannot start the startup thread");
     } else {
-        srv_log(BF_LOG_INFO, "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION,
-                cfg->n_listen, cfg->n_listen == 1 ? "" : "s");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STARTED,
+                      "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION, cfg->n_listen,
+                      cfg->n_listen == 1 ? "" : "s");
         rc = srv_signals_serve(auth) ? 1 : 0;
     }
     srv_notify_stopping();
@@ -70,13 +97,14 @@ static int daemon_run(const srv_config *cfg)
     atomic_store(&ctx.shutting_down, true);
     srv_startup_stop(startup);
     srv_transport_stop(transport);
+    srv_http_free(http);
     srv_startup_free(startup);
     srv_transport_free(transport);
     srv_dispatcher_free(dispatcher);
     srv_auth_free(auth);
     bf_registry_free(registry);
     if (rc == 0)
-        srv_log(BF_LOG_INFO, "stopped");
+        srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");
     return rc;
 }
 
@@ -106,6 +134,7 @@ int main(int argc, char **argv)
         break;
     case SRV_CMD_MIGRATE:
         srv_log_setup(cfg.log_level);
+        srv_log_set_format(cfg.log_format);
         rc = srv_migrate_command(&cfg);
         break;
     case SRV_CMD_RUN:

@@ -276,6 +276,35 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
     free(a);
 }
 
+static const char *readiness_status_name(comp_status st)
+{
+    return st == ST_READY ? "ready" : st == ST_NOT ? "not_ready" : "unknown";
+}
+
+void srv_readiness_evaluate(srv_session *session, srv_readiness_view *out)
+{
+    memset(out, 0, sizeof *out);
+    out->verdict = -1;
+    readiness_answer *a = malloc(sizeof *a);
+    if (a == NULL)
+        return; /* unknown */
+    bf_engine *e = NULL;
+    bf_err err = srv_session_engine(session, &e);
+    readiness_compute(a, session->ctx, err == BF_OK ? e : NULL, err);
+    bool not_ready = false;
+    for (int i = 0; i < COMP_COUNT && i < SRV_READINESS_COMPONENTS; i++) {
+        out->components[i].name = readiness_names[i];
+        out->components[i].status = readiness_status_name(a->comps[i].status);
+        snprintf(out->components[i].reason, sizeof out->components[i].reason, "%s", a->reasons[i]);
+        not_ready = not_ready || a->comps[i].status == ST_NOT;
+    }
+    out->verdict = a->resp.ready ? 1 : not_ready ? 0 : -1;
+    out->gating = a->gating_total;
+    out->auto_migrate = session->ctx->auto_migrate;
+    out->auto_backfill = session->ctx->auto_backfill;
+    free(a);
+}
+
 static Buzz__Backfill__V1__Readiness_Service readiness_svc =
     BUZZ__BACKFILL__V1__READINESS__INIT(readiness_);
 

@@ -78,10 +78,11 @@ struct srv_rejects {
     reject_entry batch[SRV_REJECT_KEYS]; /* the flusher's copies, written outside the lock */
 };
 
-static void reject_log(const srv_rejects *r, bf_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void reject_log(const srv_rejects *r, bf_log_level level, bf_event event, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
 
-static void reject_log(const srv_rejects *r, bf_log_level level, const char *fmt, ...)
+static void reject_log(const srv_rejects *r, bf_log_level level, bf_event event, const char *fmt,
+                       ...)
 {
     if (r->ctx == NULL || r->ctx->engine_cfg.log == NULL)
         return;
@@ -92,6 +93,7 @@ static void reject_log(const srv_rejects *r, bf_log_level level, const char *fmt
     va_end(ap);
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
+    rec.event = event;
     rec.msg = buf;
     r->ctx->engine_cfg.log(r->ctx->engine_cfg.log_arg, &rec);
 }
@@ -181,7 +183,7 @@ static void reject_write_counted(srv_rejects *r, srv_session *s, const reject_en
         rc = bf_audit_rejections(engine, e->action, id, &who, e->err, e->outcome, e->count,
                                  e->first_us, e->last_us);
     if (rc != BF_OK)
-        reject_log(r, BF_LOG_ERROR,
+        reject_log(r, BF_LOG_ERROR, BF_EV_AUDIT_FAILED,
                    "could not audit %lld coalesced rejected %s attempts (%s, %s) from %lld to "
                    "%lld us: %s",
                    (long long)e->count, e->action, e->authority, bf_err_str(e->err),
@@ -286,7 +288,7 @@ static void *reject_flusher(void *arg)
                 reject_deadline(&ts, next);
                 int rc = pthread_cond_timedwait(&r->cond, &r->mtx, &ts);
                 if (rc != 0 && rc != ETIMEDOUT)
-                    reject_log(r, BF_LOG_WARN, "coalesced audit: wait failed (%d)", rc);
+                    reject_log(r, BF_LOG_WARN, BF_EV_NONE, "coalesced audit: wait failed (%d)", rc);
             }
             continue;
         }

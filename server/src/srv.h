@@ -12,6 +12,8 @@
  *   admin.c      the Admin service (ProtobufCService) over the engine API
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
+ *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
+ *   http.c       the optional HTTP listener: /metrics, /livez, /readyz on its own scrape thread
  *   config.c     key = value file, environment, flags
  *   startup.c    the startup order of DESIGN.md; workers
  *   main.c       composes the above
@@ -121,6 +123,7 @@ typedef struct srv_context {
      * wait is cut to one second so waiters never starve the admin API. 0: every wait is cut. */
     int readiness_waiters_max;
     atomic_int readiness_waiters; /* in progress (readiness.c) */
+    struct srv_metrics *metrics;  /* metrics.h; NULL: none are recorded */
 } srv_context;
 
 /* Per transport thread. */
@@ -271,6 +274,23 @@ ProtobufCService *srv_admin_service(void);
 const srv_method_policy *srv_admin_policies(void);
 ProtobufCService *srv_readiness_service(void);
 const srv_method_policy *srv_readiness_policies(void);
+
+/* One Readiness.Check decision without waiting, as plain values (the HTTP /readyz and the
+ * metrics): the same computation as Check on the session's engine. verdict: 1 ready, 0 not
+ * ready (some component NOT_READY), -1 unknown (no component NOT_READY, one UNKNOWN: the
+ * database could not be read). */
+#define SRV_READINESS_COMPONENTS 3
+typedef struct srv_readiness_view {
+    int verdict;
+    struct {
+        const char *name;   /* "database", "schema", "backfills" */
+        const char *status; /* "ready", "not_ready", "unknown" */
+        char reason[200];
+    } components[SRV_READINESS_COMPONENTS];
+    int gating; /* required backfills keeping the gate closed */
+    bool auto_migrate, auto_backfill;
+} srv_readiness_view;
+void srv_readiness_evaluate(srv_session *session, srv_readiness_view *out);
 
 /* ---- conversions (convert.c) ------------------------------------------------------------ */
 

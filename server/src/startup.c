@@ -1,5 +1,5 @@
 /*
- * startup.c - what main.c composes: logging, signals, the context, the subsystems'
+ * startup.c - what main.c composes: signals, the context, the subsystems'
  * configuration, the migrate command, and the startup sequence of DESIGN.md with its workers.
  *
  * Design notes: the admin listener is up before this sequence begins, so operators can inspect
@@ -35,72 +35,11 @@
 #define STARTUP_PRUNE_MIN_MS    60000
 #define STARTUP_PRUNE_MAX_MS    3600000
 #define STARTUP_CONNECT_TIMEOUT "10"
-#define LOG_LINE_MAX            1024
 
 #define STARTUP_FD_SLACK 64 /* log, listeners, nng's own descriptors, modules */
 
 _Static_assert(SRV_CONFIG_LISTEN_MAX == SRV_TRANSPORT_MAX_LISTENERS,
                "the configuration accepts what the transport serves");
-
-/* ---- logging ------------------------------------------------------------------------------- */
-
-static _Atomic int log_min_level = BF_LOG_INFO;
-
-void srv_log_setup(bf_log_level min_level)
-{
-    atomic_store(&log_min_level, (int)min_level);
-}
-
-static bf_log_fn log_observer;
-static void *log_observer_arg;
-
-void srv_log_set_observer(bf_log_fn fn, void *arg)
-{
-    log_observer = fn;
-    log_observer_arg = arg;
-}
-
-void srv_log_sink(void *arg, const bf_log_record *rec)
-{
-    (void)arg;
-    if (log_observer != NULL)
-        log_observer(log_observer_arg, rec);
-    bf_log_level level = rec->level;
-    const char *msg = rec->msg != NULL ? rec->msg : "";
-    if ((int)level < atomic_load(&log_min_level))
-        return;
-    char line[LOG_LINE_MAX + 32];
-    size_t n = 0, len = strlen(msg);
-    for (size_t i = 0; i < len && n < LOG_LINE_MAX; i++) /* one line, no control bytes */
-        line[n++] = (unsigned char)msg[i] < 0x20 ? ' ' : msg[i];
-    while (n > 0 && line[n - 1] == ' ')
-        n--;
-    if (len > LOG_LINE_MAX)
-        n +=
-            (size_t)snprintf(line + n, sizeof line - n, "... (%zu more bytes)", len - LOG_LINE_MAX);
-    line[n] = '\0';
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char when[32];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03ldZ buzz-backfilld[%ld] %s: %s\n", when, ts.tv_nsec / 1000000,
-            (long)getpid(), srv_log_level_name(level), line);
-}
-
-void srv_log(bf_log_level level, const char *fmt, ...)
-{
-    char msg[LOG_LINE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    bf_log_record rec = BF_LOG_RECORD_INIT;
-    rec.level = level;
-    rec.msg = msg;
-    srv_log_sink(NULL, &rec);
-}
 
 /* ---- signals ------------------------------------------------------------------------------- */
 
@@ -154,11 +93,11 @@ bool srv_signals_serve(srv_auth *auth)
         if (sig != SIGHUP) {
             const char *why = atomic_load(&signals_fatal);
             if (why != NULL) {
-                srv_log(BF_LOG_ERROR, "shutting down: %s", why);
+                srv_log_event(BF_LOG_ERROR, BF_EV_SERVER_STOPPING, "shutting down: %s", why);
                 return true;
             }
-            srv_log(BF_LOG_INFO, "received %s: shutting down",
-                    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPING, "received %s: shutting down",
+                          sig == SIGTERM ? "SIGTERM" : "SIGINT");
             return false;
         }
         char diag[256] = "";
@@ -166,9 +105,11 @@ bool srv_signals_serve(srv_auth *auth)
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
         srv_notify_ready(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)
-            srv_log(BF_LOG_INFO, "SIGHUP: trusted keys and revoked tokens reloaded");
+            srv_log_event(BF_LOG_INFO, BF_EV_AUTH_RELOAD,
+                          "SIGHUP: trusted keys and revoked tokens reloaded");
         else
-            srv_log(BF_LOG_ERROR, "SIGHUP: reload failed, previous keys stay in force: %s", diag);
+            srv_log_event(BF_LOG_ERROR, BF_EV_AUTH_RELOAD_FAILED,
+                          "SIGHUP: reload failed, previous keys stay in force: %s", diag);
     }
 }
 
@@ -379,7 +320,8 @@ static bf_engine *startup_connect(srv_startup *s, const char *owner)
         bf_err err = bf_engine_open(&e, &cfg, s->ctx->registry);
         if (err == BF_OK)
             return e;
-        srv_log(BF_LOG_WARN, "database: %s; retrying in %d ms", bf_err_str(err), backoff);
+        srv_log_event(BF_LOG_WARN, BF_EV_DB_UNAVAILABLE, "database: %s; retrying in %d ms",
+                      bf_err_str(err), backoff);
         if (!startup_pause(s, backoff))
             return NULL;
         backoff = startup_next_backoff(backoff);
@@ -472,36 +414,6 @@ static bool startup_start_required(srv_startup *s, bf_engine *e)
 
 /* ---- workers ------------------------------------------------------------------------------- */
 
-static void worker_after_step(void *arg, const bf_step_info *info)
-{
-    switch (info->step) {
-    case BF_STEP_BATCH:
-        srv_log(BF_LOG_DEBUG, "%s: %ld batches committed, %ld keys, %ld rows changed", info->id,
-                info->batches, info->rows, info->touched);
-        break;
-    case BF_STEP_VALIDATING:
-        srv_log(BF_LOG_INFO, "%s: reached its bound, validating", info->id);
-        break;
-    case BF_STEP_COMPLETED:
-        srv_log(BF_LOG_INFO, "%s: validated and completed", info->id);
-        break;
-    case BF_STEP_RETRY:
-        srv_log(BF_LOG_WARN, "%s: attempt failed, retry scheduled: %s", info->id, info->detail);
-        break;
-    case BF_STEP_FAILED:
-        srv_log(BF_LOG_ERROR, "%s: failed: %s", info->id, info->detail);
-        break;
-    case BF_STEP_BLOCKED:
-        srv_log(BF_LOG_WARN, "%s: blocked: %s", info->id, info->detail);
-        break;
-    case BF_STEP_LOST:
-        srv_log(BF_LOG_WARN, "%s: claim lost (paused, expired or taken over)", info->id);
-        break;
-    case BF_STEP_IDLE:
-        break;
-    }
-}
-
 static void *startup_worker_main(void *arg)
 {
     startup_worker *sw = arg;
@@ -514,7 +426,7 @@ static void *startup_worker_main(void *arg)
     while (!startup_stopping(s)) {
         if (e == NULL && (e = startup_connect(s, owner)) == NULL)
             break;
-        bf_worker_hooks hooks = {NULL, worker_after_step, NULL};
+        bf_worker_hooks hooks = {NULL, NULL, NULL}; /* the engine logs every step's events */
         bf_worker *w = NULL;
         bf_err err = bf_worker_new(&w, e, &hooks);
         if (err == BF_OK) {
@@ -532,8 +444,8 @@ static void *startup_worker_main(void *arg)
             backoff = STARTUP_BACKOFF_MIN_MS;
             continue; /* stopped, or nothing more to do: the loop condition decides */
         }
-        srv_log(BF_LOG_WARN, "worker %d: %s: %s; restarting in %d ms", sw->index, bf_err_str(err),
-                bf_engine_diag(e), backoff);
+        srv_log_event(BF_LOG_WARN, BF_EV_WORKER_RESTART, "worker %d: %s: %s; restarting in %d ms",
+                      sw->index, bf_err_str(err), bf_engine_diag(e), backoff);
         if (!startup_pause(s, backoff))
             break;
         backoff = startup_next_backoff(backoff);
@@ -606,7 +518,7 @@ static void *startup_main(void *arg)
         startup_notify_status("registering definitions") && startup_register(s, e) &&
         startup_start_required(s, e)) {
         startup_spawn_workers(s);
-        srv_log(BF_LOG_INFO, "startup complete");
+        srv_log_event(BF_LOG_INFO, BF_EV_STARTUP_COMPLETE, "startup complete");
         srv_notify_ready("serving");
         startup_prune_loop(s, e);
     }

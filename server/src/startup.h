@@ -16,18 +16,9 @@
 #define BUZZ_SRV_STARTUP_H
 
 #include "config.h"
+#include "log.h"
 #include "srv.h"
 #include "transport.h"
-
-/* ---- logging: one line per message on stderr --------------------------------------------- */
-
-void srv_log_setup(bf_log_level min_level);
-/* A bf_log_fn (engine, dispatcher and transport log through the context's engine_cfg.log). */
-void srv_log_sink(void *arg, const bf_log_record *rec);
-/* Every record the sink receives, whatever its level, is first passed to fn (the metrics count
- * events there). Set once, before threads start; fn must be thread-safe. NULL: none. */
-void srv_log_set_observer(bf_log_fn fn, void *arg);
-void srv_log(bf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- signals ------------------------------------------------------------------------------- */
 

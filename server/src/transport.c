@@ -395,6 +395,13 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
                                tl->url, nng_strerror(rv));
         tl->started = true;
+        int port = 0;
+        if (strcmp(tl->kind, "ipc") != 0 &&
+            nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+            transport_log_event(t, BF_LOG_INFO, BF_EV_SERVER_LISTENING, "listening on %s (port %d)",
+                                tl->url, port);
+        else
+            transport_log_event(t, BF_LOG_INFO, BF_EV_SERVER_LISTENING, "listening on %s", tl->url);
     }
     t->started = true;
     for (int g = 0; g < TRANSPORT_GROUPS; g++) {

@@ -119,6 +119,9 @@ struct srv_transport {
 
 void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* transport_log() of an event (server.listening, conn.refused ...). */
+void transport_log_event(const srv_transport *t, bf_log_level level, bf_event event,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int64_t transport_now_ms(void);
 /* Count one event of kind; log it (with the events suppressed since the last line) unless a
  * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */

@@ -14,19 +14,38 @@
 
 #include "transport_impl.h"
 
-void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
+static void transport_vlog(const srv_transport *t, bf_log_level level, bf_event event,
+                           const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void transport_vlog(const srv_transport *t, bf_log_level level, bf_event event,
+                           const char *fmt, va_list ap)
 {
     if (t->ctx == NULL || t->ctx->engine_cfg.log == NULL)
         return;
     char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
+    rec.event = event;
     rec.msg = buf;
     t->ctx->engine_cfg.log(t->ctx->engine_cfg.log_arg, &rec);
+}
+
+void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    transport_vlog(t, level, BF_EV_NONE, fmt, ap);
+    va_end(ap);
+}
+
+void transport_log_event(const srv_transport *t, bf_log_level level, bf_event event,
+                         const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    transport_vlog(t, level, event, fmt, ap);
+    va_end(ap);
 }
 
 int64_t transport_now_ms(void)
@@ -52,11 +71,14 @@ void transport_note_event(srv_transport *t, transport_note_kind kind, const char
         n->last_ms = now;
     }
     pthread_mutex_unlock(&t->mtx);
+    /* rate-limited: a line stands for count events */
+    bf_event event = kind == NOTE_LISTENER_FULL || kind == NOTE_PEER_FULL ? BF_EV_CONN_REFUSED
+                                                                          : BF_EV_CONN_DROPPED;
     if (count == 1)
-        transport_log(t, BF_LOG_WARN, "%s (%s)", what, who);
+        transport_log_event(t, BF_LOG_WARN, event, "%s (%s)", what, who);
     else if (count > 1)
-        transport_log(t, BF_LOG_WARN, "%s (%s; %ld times in the last %d s)", what, who, count,
-                      TRANSPORT_NOTE_MS / 1000);
+        transport_log_event(t, BF_LOG_WARN, event, "%s (%s; %ld times in the last %d s)", what, who,
+                            count, TRANSPORT_NOTE_MS / 1000);
 }
 
 /* ---- connections --------------------------------------------------------------------------- */

@@ -118,7 +118,7 @@ static void test_precedence_file_env_flags(void **state)
     snprintf(want, sizeof want, "file %s:6", path);
     assert_string_equal(cfg.origin[3], want);
     assert_string_equal(cfg.origin[4], "environment BUZZ_BACKFILL_WORKERS");
-    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "flag --log-level");
+    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 2], "flag --log-level");
     srv_config_fini(&cfg);
 }
 
@@ -413,7 +413,9 @@ static void test_help_documents_every_key(void **state)
         "ipc_socket_mode",
         "max_connections",
         "max_connections_per_peer",
+        "http_listen",
         "log_level",
+        "log_format",
     };
     assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
     static char out[32768];
@@ -482,6 +484,38 @@ static void test_listen_port_range(void **state)
                     "listen entry 2: port must be a number from 1 to 65535", NULL);
     refused_by_both(conf_with("listen = 'tcp://127.0.0.1'\ntrusted_keys_file = /nonexistent"),
                     "listen entry 1: expected host:port", NULL);
+}
+
+/* log_format is text or json, from the file, the environment or a flag; anything else is
+ * refused by check-config and run, naming the key and where the value came from. */
+static void test_log_format(void **state)
+{
+    (void)state;
+    srv_config cfg;
+    char diag[256] = "";
+    char *const envp[] = {"BUZZ_BACKFILL_LOG_FORMAT=json", NULL};
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_JSON);
+    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "environment BUZZ_BACKFILL_LOG_FORMAT");
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, envp, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x",
+                          "--log-format", "text", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_TEXT);
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "check-config", "--listen", "ipc:///tmp/x",
+                          "--ipc-boundary", "on", "--database-url", "postgresql://db/x", NULL),
+                     BF_OK);
+    assert_int_equal(cfg.log_format, SRV_LOG_TEXT); /* the default */
+    srv_config_fini(&cfg);
+    assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--log-format", "xml", NULL),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "flag --log-format: log_format must be text or json"));
+    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlog_format = yaml"),
+                    "log_format must be text or json", "Hunter2xyz");
 }
 
 /* The lease must outlast a step's CALL and a lock wait (config.c config_validate with
@@ -658,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_help_documents_every_key),
         cmocka_unit_test(test_listen_port_range),
         cmocka_unit_test(test_listen_host_resolves),
+        cmocka_unit_test(test_log_format),
         cmocka_unit_test(test_lease_outlasts_timeouts),
         cmocka_unit_test(test_ipc_directory_exists),
         cmocka_unit_test(test_ipc_path_not_a_regular_file),

@@ -312,7 +312,7 @@ bd_options bd_defaults(void)
     return o;
 }
 
-static int bd_free_port(void)
+int bd_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);

@@ -171,5 +171,7 @@ const char *bd_request_id(const bfc_client *c);
 void bd_pin(bfc_client *c, const char *hex);
 
 void bd_sleep_ms(int ms);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int bd_free_port(void);
 
 #endif

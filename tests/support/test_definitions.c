@@ -89,6 +89,10 @@ TD_ITEMS(c13_failed, "c13.failed_v1", "public.c13_f", 50, true, TD_NEEDS,
 TD_ITEMS(dash_items, "dash.items_v1", "public.dash_items", 50, false,
          TD_NEEDS " AND public.bt_barrier(1201)", TD_POST, NULL);
 
+/* test_metrics: batches of 20 wait on barrier 951; not idempotent (counter + 1 per visit), so
+ * a stale owner's batch that slipped the fence would show */
+TD_ITEMS(tm_items, "tm.items_v1", "public.tm_items", 20, false, "public.bt_barrier(951)", TD_POST,
+         NULL);
 /* bench/rpc: the row Admin.Get reads */
 TD_ITEMS(bench_items, "bench.items_v1", "public.bench_items", 100, false, TD_NEEDS, TD_POST, NULL);
 
@@ -139,6 +143,26 @@ static bf_definition rob_cb = {
     .retry = {.max_attempts = 8, .base_ms = 20, .cap_ms = 200},
 };
 
+/* test_logs: batches after the first (ids above 50) wait on barrier 1901 while the test holds
+ * it, so a step can commit a batch and then be paused in flight; while public.logs_ctl.brk
+ * the mutation casts the row's note (a marker string) to integer, a class 22 error whose
+ * server message quotes the row value (the log must not) */
+static bf_definition logs_items = {
+    .id = "logs.items_v1",
+    .description = "test definition logs.items_v1",
+    .owner = "buzz tests",
+    .revision = "r1",
+    .table = "public.logs_items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 50,
+    .needs_repair = TD_NEEDS " AND (t.id <= 50 OR public.bt_barrier(1901))",
+    .update_set = "fixed = t.val * 2 + CASE WHEN (SELECT brk FROM public.logs_ctl)"
+                  " THEN t.note::integer ELSE 0 END, counter = t.counter + 1",
+    .postcondition = TD_POST,
+    .retry = {.max_attempts = 2, .base_ms = 50, .cap_ms = 200},
+};
+
 typedef struct td_set {
     const char *name;
     bf_definition *defs[6];
@@ -154,7 +178,9 @@ static const td_set td_sets[] = {
     {"c13rec", {&c13_paused, &c13_blocked, &c13_failed}},
     {"bench", {&bench_items}},
     {"dash", {&dash_items}},
+    {"tm", {&tm_items}},
     {"rob", {&rob_decl, &rob_cb}},
+    {"logs", {&logs_items}},
 };
 
 static const bf_definition *td_selected[TD_MAX_SELECTED];

@@ -39,7 +39,21 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
  * Stable event codes: the "event" of a JSON log line and what the service's metrics count. A
  * code is never renamed or reused; new ones are appended. The engine reports every event to the
  * log callback whatever the configured level (the callback filters what it prints), so counts
- * taken there are complete.
+ * taken there are complete, and exactly once per occurrence:
+ * - batch.committed: one record per worker step that committed batches (DEBUG), with the
+ *   batches, rows (keys passed) and touched (rows changed) that step added to the row's
+ *   batches_committed, rows_covered and rows_committed; a step that failed after some of its
+ *   batches committed reports those too (read back from the row), so the sums reconcile with
+ *   PostgreSQL. duration_us: the step.
+ * - batch.rolled_back: the batch in flight of a failed step rolled back (reason: "stop",
+ *   "fence", or the SQLSTATE class); duration_us: the failed step. What follows it is told by
+ *   attempt.retry, backfill.blocked, backfill.failed or batch.fenced_out.
+ * - claim.renewed: every successful renewal (DEBUG). claim.lost: a renewal found the claim gone.
+ * - validation.passed / validation.failed: a recorded validation pass, a worker's (passed: the
+ *   backfill completed) or an explicit one; duration_us: the pass.
+ * - action.applied / action.rejected: reason is the action ("start", "pause", "resume",
+ *   "retry"), the message says why a request was rejected.
+ * Server events (appended after the engine's) are the daemon's own.
  */
 #define BF_EVENT_LIST(X)                                                                           \
     X(NONE, "log")                      /* a plain message */                                      \
@@ -55,14 +69,27 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(BACKFILL_BLOCKED, "backfill.blocked")                                                        \
     X(BACKFILL_FAILED, "backfill.failed")         /* retries exhausted or validation failed */     \
     X(BACKFILL_VALIDATING, "backfill.validating") /* the checkpoint reached the bound */           \
-    X(VALIDATION_PASSED, "validation.passed")     /* the backfill completed */                     \
+    X(VALIDATION_PASSED, "validation.passed")     /* a recorded pass succeeded */                  \
     X(VALIDATION_FAILED, "validation.failed")                                                      \
     X(ACTION_APPLIED, "action.applied") /* an operator action changed a row */                     \
     X(ACTION_REJECTED, "action.rejected")                                                          \
     X(DB_CONNECTION_LOST, "db.connection_lost")                                                    \
     X(DB_CONNECTION_RESTORED, "db.connection_restored")                                            \
     X(DB_NOTICE, "db.notice")                                                                      \
-    X(SCHEMA_MIGRATED, "schema.migrated")
+    X(SCHEMA_MIGRATED, "schema.migrated")                                                          \
+    X(SERVER_LISTENING, "server.listening")     /* one per listener URL, at start */               \
+    X(SERVER_STARTED, "server.started")         /* the admin API is served */                      \
+    X(STARTUP_COMPLETE, "startup.complete")     /* the startup sequence reached the workers */     \
+    X(SERVER_STOPPING, "server.stopping")       /* a signal or a fatal error: shutting down */     \
+    X(SERVER_STOPPED, "server.stopped")         /* clean stop */                                   \
+    X(AUTH_RELOAD, "auth.reload")               /* SIGHUP: keys and revocations reloaded */        \
+    X(AUTH_RELOAD_FAILED, "auth.reload_failed") /* the previous keys stay in force */              \
+    X(AUTH_ERROR, "auth.error")                 /* authentication could not run (memory...) */     \
+    X(AUDIT_FAILED, "audit.failed")             /* a rejected request could not be audited */      \
+    X(CONN_REFUSED, "conn.refused")             /* connection caps (rate-limited lines) */         \
+    X(CONN_DROPPED, "conn.dropped")             /* a connection closed by the transport */         \
+    X(WORKER_RESTART, "worker.restart")         /* a worker loop ended with an error */            \
+    X(DB_UNAVAILABLE, "db.unavailable")         /* startup cannot reach the database yet */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -428,6 +455,25 @@ bf_err bf_worker_run(bf_worker *worker, bool until_idle);
 
 /* Ask bf_worker_run to stop at the end of its current step. Async-signal-safe. */
 void bf_worker_stop(bf_worker *worker);
+
+/* ---- aggregate statistics (metrics) ----------------------------------------------------- */
+
+#define BF_STATE_SLOTS 8 /* index = bf_state value; 0: required by this registry, no row yet */
+
+/* One aggregate read of every row, for metrics: no ID, checkpoint or row value leaves it. */
+typedef struct bf_stats {
+    int64_t backfills[BF_STATE_SLOTS]; /* rows per lifecycle state */
+    int64_t gating[BF_STATE_SLOTS];    /* required IDs of this registry not completed, per state
+                                          ([0]: not registered yet), as bf_gate() counts them */
+    bool has_stall[BF_STATE_SLOTS];    /* some row in the state has last_progress_at */
+    double stall_s[BF_STATE_SLOTS];    /* max over those rows of now - last_progress_at, s */
+    int64_t batches_committed;         /* sums over every row */
+    int64_t rows_committed;
+} bf_stats;
+
+/* One bounded aggregate statement (a scan of the backfill table, grouped by state; the
+ * registry's required IDs as one array parameter). *out written only on BF_OK. */
+bf_err bf_stats_read(bf_engine *engine, bf_stats *out);
 
 #ifdef __cplusplus
 }
