@@ -264,7 +264,7 @@ free_port()
 
 write_config()
 {
-    local port="$1" log_level=info log_format=text
+    local port="$1" http_port="$2" log_level=info log_format=text
     ((batch_report)) && log_level=debug
     ((json_logs)) && log_format=json
     cat >"$DEMO_DIR/buzz-backfilld.conf" <<CONF
@@ -273,6 +273,8 @@ database_url = '$DB_URL'
 # a local socket with boundary authority (no token needed) and a token-only tcp listener
 listen = 'ipc://$DEMO_DIR/admin.sock, tcp://127.0.0.1:$port'
 ipc_boundary = on
+# Prometheus /metrics, /livez and /readyz (no token: loopback only)
+http_listen = http://127.0.0.1:$http_port
 token_audience = buzz-demo
 trusted_keys_file = $DEMO_DIR/trusted-keys.pub
 modules = $MODULE
@@ -436,11 +438,14 @@ service_demo()
         die "buzzctl token inspect failed"
 
     # ---- 6. the daemon
-    local port attempt
+    local port http_port attempt
     for ((attempt = 1; ; attempt++)); do
         port="$(free_port)"
+        http_port="$(free_port)"
+        ((http_port != port)) || continue
         TCP_URL="tcp://127.0.0.1:$port"
-        write_config "$port"
+        HTTP_URL="http://127.0.0.1:$http_port"
+        write_config "$port" "$http_port"
         if ((attempt == 1)); then
             step "the daemon configuration ($DEMO_DIR/buzz-backfilld.conf)"
             grep -v '^#' "$DEMO_DIR/buzz-backfilld.conf"
@@ -450,7 +455,7 @@ service_demo()
         : >"$DAEMON_LOG"
         start_daemon && break
         # another program took the port between the check and the bind: try another one
-        if ((attempt < 5)) && grep -q "could not listen on tcp://.*in use" "$DAEMON_LOG"; then
+        if ((attempt < 5)) && grep -q "in use" "$DAEMON_LOG"; then
             continue
         fi
         die "buzz-backfilld exited with status $rc during startup"
@@ -565,8 +570,21 @@ for b in doc.get("backfills", []):
     [[ "$out" == *"(none)"*"authority:"*"ipc uid="* ]] ||
         die "whoami over ipc did not show boundary authority without an actor"
 
+    step "monitoring over HTTP: $HTTP_URL/readyz and $HTTP_URL/metrics (no token; loopback)"
+    show_cmd curl -s "$HTTP_URL/readyz"
+    curl -s --max-time 5 "$HTTP_URL/readyz" || die "GET /readyz failed"
+    echo
+    show_cmd curl -s "$HTTP_URL/metrics" '|' grep -E "'^buzz_backfill_(ready|backfills|batches_committed_total|rows_changed_total|claims_total)'"
+    curl -s --max-time 5 "$HTTP_URL/metrics" >"$DEMO_DIR/metrics.txt" || die "GET /metrics failed"
+    grep -E '^buzz_backfill_(ready|backfills|batches_committed_total|rows_changed_total|claims_total)[ {]' \
+        "$DEMO_DIR/metrics.txt" || die "/metrics lacks the backfill metrics"
+    echo "($(grep -c '^buzz_backfill_' "$DEMO_DIR/metrics.txt") samples in all; docs/operating.md explains each)"
+
     step "the audit trail (newest first)"
     ctl_ok --token-file operator.token audit --limit 15
+
+    step "the operator's dashboard, one frame (buzzctl dash --once; live: buzzctl dash)"
+    ctl_ok --token-file operator.token dash --once
 
     step "stopping buzz-backfilld with SIGTERM"
     show_cmd kill -TERM "$daemon_pid"

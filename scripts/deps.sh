@@ -34,6 +34,7 @@ PACKAGES=(
     prometheus
     util-linux
     python3
+    curl
 )
 
 usage()
