@@ -256,7 +256,7 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         const char *k = e->detail ? strstr(e->detail, "constraint=") : NULL;
         if (k != NULL)
             snprintf(constraint, sizeof constraint, " [%.*s]", (int)strcspn(k, " ,;)"), k);
-        char raw[160];
+        char raw[192]; /* 31 + 47 + 2 + 80 + NUL */
         snprintf(raw, sizeof raw, "%.31s%s: %.80s", e->error_class ? e->error_class : "error",
                  constraint, e->detail ? e->detail : "");
         bfc_printable(v->error, sizeof v->error, raw);

@@ -253,6 +253,8 @@ static void rig_control(rig *r, const char *method, const char *id)
     bd_free(resp);
 }
 
+static void rig_pause_held(rig *r, int t, int hold);
+
 static void rig_setup(rig *r, const char *name)
 {
     memset(r, 0, sizeof *r);
@@ -275,9 +277,12 @@ static void rig_setup(rig *r, const char *name)
     rig_start_daemon(r, 0);
     rig_start_daemon(r, 1);
     bd_wait_registered(r->pg, 2);
+    /* started and paused with their batches held: no batch runs before the first fault */
     for (int t = 0; t < 2; t++) {
+        int hold = t == 0 ? B_DECL : B_CB;
+        bt_lock(r->holder, hold);
         rig_control(r, "Start", ids[t]);
-        rig_control(r, "Pause", ids[t]);
+        rig_pause_held(r, t, hold);
     }
 }
 
@@ -301,32 +306,48 @@ static void rig_fault_daemon(rig *r, int owner, bool kill9)
     }
 }
 
-/* Wait until id is claimed by a daemon other than `not` at a generation after gen (or has left
- * the claimable states), then until its checkpoint or state moves; returns ms since t0. */
-static int64_t rig_wait_takeover(rig *r, const char *id, int not, int64_t gen, int64_t t0)
+/* Let backfill t's batches past barrier `hold` (held by the caller) until its checkpoint moves,
+ * then hold them again: the exclusive lock waits for the batch in flight, and the next batch
+ * queues behind it. Progress between faults is one or a few batches on any machine, never a run
+ * to the bound that a Pause after the fact would have to win (the caller pauses, then releases
+ * `hold`). */
+static void rig_let_progress(rig *r, int t, int hold, int64_t t0, const char *what)
 {
-    long long cp0 = rig_checkpoint(r, id);
+    long long cp0 = rig_checkpoint(r, ids[t]);
+    bt_unlock(r->holder, hold);
+    while (rig_checkpoint(r, ids[t]) == cp0) {
+        if (now_ms() - t0 > ROB_WAIT_MS) {
+            rig_dump(r);
+            fail_msg("%s: %s: no progress", ids[t], what);
+        }
+        usleep(1000);
+    }
+    bt_lock(r->holder, hold);
+}
+
+/* Pause backfill t while its batches are held at `hold`, then release the barrier. */
+static void rig_pause_held(rig *r, int t, int hold)
+{
+    rig_control(r, "Pause", ids[t]);
+    bt_unlock(r->holder, hold);
+}
+
+/* Wait until id is claimed by a daemon other than `not` at a generation after gen, then let its
+ * batches past `hold` until the checkpoint moves; returns ms since t0. */
+static int64_t rig_wait_takeover(rig *r, int t, int hold, int not, int64_t gen, int64_t t0)
+{
     for (;;) {
         int64_t g = 0;
-        int owner = rig_owner(r, id, &g);
+        int owner = rig_owner(r, ids[t], &g);
         if (owner >= 0 && owner != not &&g > gen)
             break;
         if (now_ms() - t0 > ROB_WAIT_MS)
-            fail_msg("%s: no takeover within %d ms", id, ROB_WAIT_MS);
+            fail_msg("%s: no takeover within %d ms", ids[t], ROB_WAIT_MS);
         usleep(2000);
     }
-    int64_t took = now_ms() - t0;
-    /* and the new owner works: the checkpoint moves, or the row leaves validating */
-    while (rig_checkpoint(r, id) == cp0 &&
-           bt_int(r->pg,
-                  "SELECT (state = 'validating')::int FROM buzz_backfill.backfill"
-                  " WHERE id = '%s'",
-                  id) == 0) {
-        if (now_ms() - t0 > ROB_WAIT_MS)
-            fail_msg("%s: no progress after the takeover", id);
-        usleep(2000);
-    }
-    return took;
+    /* and the new owner works */
+    rig_let_progress(r, t, hold, t0, "after the takeover");
+    return now_ms() - t0;
 }
 
 static void rig_record_takeover(int64_t ms, fault f)
@@ -350,11 +371,13 @@ static void rig_assert_answers(rig *r)
 }
 
 /* A batch fault on backfill t: resume it with the barrier held, fault the daemon whose worker
- * waits there, release, measure the takeover, pause again. */
+ * waits there, release, measure the takeover, pause again. From the release on, the backfill's
+ * batches are held at `hold` except while rig_let_progress lets them through. */
 static void rig_batch_fault(rig *r, fault f)
 {
     int t = (f == F_KILL_BATCH || f == F_STOP_BATCH) ? 0 : 1;
-    int key = f == F_STOP_IN_FENCE ? B_FENCE : t == 0 ? B_DECL : B_CB;
+    int hold = t == 0 ? B_DECL : B_CB;
+    int key = f == F_STOP_IN_FENCE ? B_FENCE : hold;
     bt_lock(r->holder, key);
     rig_control(r, "Resume", ids[t]);
     int64_t gen = 0;
@@ -382,10 +405,12 @@ static void rig_batch_fault(rig *r, fault f)
             usleep(1000);
         }
     }
-    int64_t took = rig_wait_takeover(r, ids[t], owner, gen, t0);
+    /* hold the next batches (after the faulted owner's batch in flight ended, however it ends) */
+    bt_lock(r->holder, hold);
+    int64_t took = rig_wait_takeover(r, t, hold, owner, gen, t0);
     rig_record_takeover(took, f);
     rig_assert_no_double(r);
-    rig_control(r, "Pause", ids[t]);
+    rig_pause_held(r, t, hold);
     rig_continue(r, owner);
     if (!r->up[owner])
         rig_start_daemon(r, owner);
@@ -402,24 +427,20 @@ static void rig_pg_restart(rig *r)
     char cmd[512];
     snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' crash-restart >/dev/null", BUZZ_SOURCE_DIR);
     assert_int_equal(system(cmd), 0);
-    /* every session is gone, the barriers too */
+    /* every session is gone, the barriers too: hold the batches again at once */
     PQfinish(r->pg);
     PQfinish(r->holder);
     r->pg = bd_connect(r->conninfo);
     r->holder = bd_connect(r->conninfo);
     bt_lock(r->holder, B_VALID);
-    long long cp0 = rig_checkpoint(r, ids[0]);
-    while (rig_checkpoint(r, ids[0]) == cp0) {
-        if (now_ms() - t0 > ROB_RESTART_MS)
-            fail_msg("no progress within %d ms of a PostgreSQL restart", ROB_RESTART_MS);
-        usleep(5000);
-    }
+    bt_lock(r->holder, B_DECL);
+    rig_let_progress(r, 0, B_DECL, t0, "after a PostgreSQL restart");
     int64_t took = now_ms() - t0;
     if (took > stats.max_restart_ms)
         stats.max_restart_ms = took;
-    /* enough progress: unbarriered, the batches would soon run to the bound, and the round's
-     * later batch faults need work left */
-    rig_control(r, "Pause", ids[0]);
+    if (took > ROB_RESTART_MS)
+        fail_msg("no progress within %d ms of a PostgreSQL restart", ROB_RESTART_MS);
+    rig_pause_held(r, 0, B_DECL);
     rig_assert_no_double(r);
     rig_assert_answers(r);
 }
@@ -485,12 +506,9 @@ static void rig_hostile_peers(rig *r)
         if (now_ms() - t0 > ROB_WAIT_MS)
             fail_msg("hostile peers: %d flood connections stay open", open);
     }
-    long long cp0 = rig_checkpoint(r, ids[0]);
-    bt_unlock(r->holder, B_DECL);
-    for (int64_t t0 = now_ms(); rig_checkpoint(r, ids[0]) == cp0; usleep(1000))
-        if (now_ms() - t0 > ROB_WAIT_MS)
-            fail_msg("hostile peers: the batches stopped");
-    rig_control(r, "Pause", ids[0]); /* enough progress: the round's other faults need work */
+    /* the batches go on under the attack */
+    rig_let_progress(r, 0, B_DECL, now_ms(), "under hostile peers");
+    rig_pause_held(r, 0, B_DECL);
     for (int k = 0; k < 5; k++) {
         int64_t t0 = now_ms();
         bd_free(bd_get(r->c[owner], ids[0]));
