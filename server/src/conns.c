@@ -19,7 +19,8 @@
 typedef struct conns_entry {
     uint32_t id;
     uint32_t listener;
-    int in_flight;
+    int serving;     /* requests being dispatched */
+    int replying;    /* replies handed to nng whose send has not completed */
     bool unread;     /* a reply was not taken: refuse its requests */
     bool closing;    /* handed out by take_quiet */
     int64_t last_ms; /* unread: the last request seen */
@@ -113,7 +114,7 @@ srv_conn_verdict srv_conns_admit(srv_conns *c, uint32_t id, size_t listener,
         conns_entry *e = &c->entries[c->n++];
         e->id = id;
         e->listener = (uint32_t)listener;
-        e->in_flight = 0;
+        e->serving = e->replying = 0;
         e->unread = e->closing = false;
         e->last_ms = 0;
         e->peer = *peer;
@@ -135,7 +136,8 @@ bool srv_conns_release(srv_conns *c, uint32_t id)
     return e != NULL;
 }
 
-srv_conn_request srv_conns_begin(srv_conns *c, uint32_t id, int max_in_flight, int64_t now_ms)
+srv_conn_request srv_conns_begin(srv_conns *c, uint32_t id, int max_serving, int max_replying,
+                                 int64_t now_ms)
 {
     pthread_mutex_lock(&c->mtx);
     conns_entry *e = conns_find(c, id);
@@ -143,22 +145,34 @@ srv_conn_request srv_conns_begin(srv_conns *c, uint32_t id, int max_in_flight, i
     if (e != NULL && e->unread) {
         e->last_ms = now_ms;
         r = SRV_CONN_REQUEST_UNREAD;
-    } else if (e != NULL && e->in_flight >= max_in_flight) {
+    } else if (e != NULL && (e->serving >= max_serving || e->replying >= max_replying)) {
         r = SRV_CONN_REQUEST_BUSY;
     } else if (e != NULL) {
-        e->in_flight++;
+        e->serving++;
         r = SRV_CONN_REQUEST_OK;
     }
     pthread_mutex_unlock(&c->mtx);
     return r;
 }
 
-void srv_conns_end(srv_conns *c, uint32_t id)
+void srv_conns_replying(srv_conns *c, uint32_t id)
 {
     pthread_mutex_lock(&c->mtx);
     conns_entry *e = conns_find(c, id);
-    if (e != NULL && e->in_flight > 0)
-        e->in_flight--;
+    if (e != NULL && e->serving > 0) {
+        e->serving--;
+        e->replying++;
+    }
+    pthread_mutex_unlock(&c->mtx);
+}
+
+void srv_conns_end(srv_conns *c, uint32_t id, bool replying)
+{
+    pthread_mutex_lock(&c->mtx);
+    conns_entry *e = conns_find(c, id);
+    int *n = e == NULL ? NULL : replying ? &e->replying : &e->serving;
+    if (n != NULL && *n > 0)
+        (*n)--;
     pthread_mutex_unlock(&c->mtx);
 }
 

@@ -4,7 +4,7 @@
  * connection has in flight, and connections that do not read their replies (marked unread:
  * their requests are refused until they have been quiet long enough to be closed). Plain
  * bookkeeping without nng; transport.c feeds it from nng's pipe notifications (admit,
- * release), its request threads (begin, end, mark_unread) and its sweeper (take_quiet).
+ * release), its request threads (begin, replying, end, mark_unread) and its sweeper (take_quiet).
  *
  * A peer is the remote IP address of a tcp:// or tls+tcp:// connection and the kernel's uid
  * of an ipc:// one. Peers whose address cannot be learnt share one key (SRV_CONN_PEER_UNKNOWN),
@@ -45,8 +45,8 @@ typedef enum srv_conn_verdict {
 } srv_conn_verdict;
 
 typedef enum srv_conn_request {
-    SRV_CONN_REQUEST_OK = 0, /* counted; call srv_conns_end() when its reply is settled */
-    SRV_CONN_REQUEST_BUSY,   /* the connection already has max_in_flight requests */
+    SRV_CONN_REQUEST_OK = 0, /* counted; srv_conns_replying(), srv_conns_end() follow */
+    SRV_CONN_REQUEST_BUSY,   /* the connection is at max_serving or max_replying */
     SRV_CONN_REQUEST_UNREAD, /* the connection does not read its replies */
     SRV_CONN_REQUEST_GONE,   /* not admitted, or released already */
 } srv_conn_request;
@@ -67,11 +67,20 @@ srv_conn_verdict srv_conns_admit(srv_conns *c, uint32_t id, size_t listener,
 /* Forget connection id (its requests in flight with it); false when it was not admitted. */
 bool srv_conns_release(srv_conns *c, uint32_t id);
 
-/* Count a request received on connection id at now_ms (any monotonic milliseconds), unless it
- * already has max_in_flight or is marked unread (then now_ms is its last activity). */
-srv_conn_request srv_conns_begin(srv_conns *c, uint32_t id, int max_in_flight, int64_t now_ms);
-/* The reply of a counted request was handed over or dropped. No-op for a released id. */
-void srv_conns_end(srv_conns *c, uint32_t id);
+/* Count a request received on connection id at now_ms (any monotonic milliseconds) as being
+ * served, unless the connection already has max_serving requests being served or
+ * max_replying replies being sent, or is marked unread (then now_ms is its last activity).
+ * Two counts, because a reply's send completes on nng's thread some time after the peer may
+ * already have it: a client that sends one request at a time can find its earlier replies
+ * still counted (more so on a loaded machine), and only the replies' count may lag. */
+srv_conn_request srv_conns_begin(srv_conns *c, uint32_t id, int max_serving, int max_replying,
+                                 int64_t now_ms);
+/* A request counted by srv_conns_begin() was served and its reply handed to nng. No-op for a
+ * released id. */
+void srv_conns_replying(srv_conns *c, uint32_t id);
+/* A request ended: its reply was sent or dropped (replying: after srv_conns_replying()), or it
+ * was dropped while being served (!replying). No-op for a released id. */
+void srv_conns_end(srv_conns *c, uint32_t id, bool replying);
 /* Connection id did not take a reply: refuse its requests from now on; now_ms is its last
  * activity. false when it is not admitted (or released). */
 bool srv_conns_mark_unread(srv_conns *c, uint32_t id, int64_t now_ms);

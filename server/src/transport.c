@@ -46,11 +46,15 @@
  *   its listener has fewer than max_conns and its peer (remote IP, ipc uid) fewer than
  *   max_conns_per_peer; others are closed at once. At ADD_PRE the pipe has not started
  *   receiving, so that close cannot hit the race above. REM_POST releases the slot.
- * - At most SRV_TRANSPORT_IN_FLIGHT requests per connection are served at once; a further
- *   one is dropped unanswered (its peer is pipelining, which our clients never do beyond one
- *   retry), so one connection holds at most that many threads.
+ * - At most SRV_TRANSPORT_IN_FLIGHT requests per connection are served at once and at most
+ *   SRV_TRANSPORT_REPLYING of its replies are being sent; a further request is dropped
+ *   unanswered (its peer is pipelining, which our clients never do beyond one retry), so one
+ *   connection holds at most that many threads. The replies have their own, larger count: a
+ *   send completes on nng's thread after the peer may already have read the reply, so a
+ *   client that waits for each reply can find a few of its earlier ones still counted (seen
+ *   under load: a one-at-a-time client dropped at a single count of 2).
  * - Replies are sent asynchronously (above), so a peer that does not read holds slots, not
- *   threads. The pool has a slot per thread plus SRV_TRANSPORT_IN_FLIGHT per connection the
+ *   threads. The pool has a slot per thread plus SRV_TRANSPORT_REPLYING per connection the
  *   caps admit (at most TRANSPORT_SLOTS_MAX), so slow readers cannot empty it before their
  *   sends time out.
  * - Sends are bounded (send_timeout_ms): a reply still waiting for its pipe then is dropped and
@@ -330,7 +334,7 @@ static bf_err transport_ipc_path_check(const transport_listener *tl, char *diag,
 }
 
 /* The pool of a socket: a slot per thread to receive on, and for the replies that may wait
- * for their peers: SRV_TRANSPORT_IN_FLIGHT per connection the socket's listeners admit, up to
+ * for their peers: SRV_TRANSPORT_REPLYING per connection the socket's listeners admit, up to
  * TRANSPORT_SLOTS_MAX. Beyond that, threads wait for a slot (each wait ends within the send
  * timeout). */
 static bf_err transport_group_start(srv_transport *t, transport_group *g, char *diag,
@@ -338,7 +342,7 @@ static bf_err transport_group_start(srv_transport *t, transport_group *g, char *
 {
     if (!g->sock_open)
         return BF_OK;
-    long waiting = (long)SRV_TRANSPORT_IN_FLIGHT * t->max_conns * (long)g->n_listeners;
+    long waiting = (long)SRV_TRANSPORT_REPLYING * t->max_conns * (long)g->n_listeners;
     g->n_slots = t->threads + (int)(waiting < TRANSPORT_SLOTS_MAX ? waiting : TRANSPORT_SLOTS_MAX);
     g->slots = calloc((size_t)g->n_slots, sizeof *g->slots);
     g->workers = calloc((size_t)t->threads, sizeof *g->workers);

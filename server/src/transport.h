@@ -35,9 +35,15 @@
 /* Defaults of the connection caps (config.c's max_connections, max_connections_per_peer). */
 #define SRV_TRANSPORT_MAX_CONNS          128
 #define SRV_TRANSPORT_MAX_CONNS_PER_PEER 32
-/* Requests one connection may have in flight; a further one is dropped without an answer. Two
- * lets a client's retry in while its first attempt is still being served. */
+/* Requests one connection may have being served; a further one is dropped without an answer.
+ * Two lets a client's retry in while its first attempt is still being served. */
 #define SRV_TRANSPORT_IN_FLIGHT 2
+/* Replies one connection may have being sent (handed to nng, not yet completed), also what
+ * sizes the slot pool. More than IN_FLIGHT: a send completes on nng's thread after the peer may
+ * already have its reply, so a client that sends one request at a time can meet a few of its
+ * own earlier replies still counted on a loaded machine. A peer that does not read reaches it
+ * and is dropped until its sends time out. */
+#define SRV_TRANSPORT_REPLYING 4
 /* Default bound on handing a reply to its connection. A reply waits only behind an earlier
  * reply the peer has not read; at the bound it is dropped and the connection marked unread:
  * its requests are dropped from then on, and it is closed once no request came from it for

@@ -235,7 +235,7 @@ void transport_sent(void *arg)
     } else if (rv != 0 && rv != NNG_ECLOSED) {
         transport_log(t, BF_LOG_WARN, "could not send a reply: %s", nng_strerror(rv));
     }
-    srv_conns_end(t->conns, slot->pipe_id);
+    srv_conns_end(t->conns, slot->pipe_id, true);
     pthread_mutex_lock(&t->mtx);
     if (rv == 0 && t->stopping)
         t->late_replies++;
@@ -256,8 +256,8 @@ static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *
     uint32_t pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
     srv_peer peer;
     transport_peer(t, msg, &peer);
-    srv_conn_request admitted =
-        srv_conns_begin(t->conns, pipe_id, SRV_TRANSPORT_IN_FLIGHT, transport_now_ms());
+    srv_conn_request admitted = srv_conns_begin(t->conns, pipe_id, SRV_TRANSPORT_IN_FLIGHT,
+                                                SRV_TRANSPORT_REPLYING, transport_now_ms());
     if (admitted != SRV_CONN_REQUEST_OK) {
         /* BUSY: the peer pipelines past the limit; UNREAD: it does not read its replies (its
          * requests keep it from being quiet, so it is not closed while it is sending); GONE:
@@ -284,13 +284,14 @@ static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *
                       err != BF_OK ? bf_err_str(err) : "out of memory");
         free(out);
         nng_msg_free(msg);
-        srv_conns_end(t->conns, pipe_id);
+        srv_conns_end(t->conns, pipe_id, false);
         transport_slot_release(t, slot);
         return;
     }
     free(out);
     slot->pipe_id = pipe_id;
     slot->peer = peer;
+    srv_conns_replying(t->conns, pipe_id);
     pthread_mutex_lock(&t->mtx);
     slot->group->sending++;
     pthread_mutex_unlock(&t->mtx);

@@ -92,8 +92,8 @@ static void test_release(void **state)
     assert_false(srv_conns_release(c, 10));
     assert_false(srv_conns_release(c, 12)); /* refused ones were never counted */
     assert_int_equal(srv_conns_admit(c, 12, 0, &a), SRV_CONN_ADMITTED);
-    assert_int_equal(srv_conns_begin(c, 11, 1, 0), SRV_CONN_REQUEST_OK); /* 11 moved slots */
-    assert_int_equal(srv_conns_begin(c, 10, 1, 0), SRV_CONN_REQUEST_GONE);
+    assert_int_equal(srv_conns_begin(c, 11, 1, 4, 0), SRV_CONN_REQUEST_OK); /* 11 moved slots */
+    assert_int_equal(srv_conns_begin(c, 10, 1, 4, 0), SRV_CONN_REQUEST_GONE);
     srv_conns_free(c);
 }
 
@@ -104,12 +104,38 @@ static void test_in_flight(void **state)
     assert_int_equal(srv_conns_new(&c, 1, 4, 4), BF_OK);
     srv_conn_peer a = ipv4(1);
     assert_int_equal(srv_conns_admit(c, 1, 0, &a), SRV_CONN_ADMITTED);
-    assert_int_equal(srv_conns_begin(c, 1, 2, 0), SRV_CONN_REQUEST_OK);
-    assert_int_equal(srv_conns_begin(c, 1, 2, 0), SRV_CONN_REQUEST_OK);
-    assert_int_equal(srv_conns_begin(c, 1, 2, 0), SRV_CONN_REQUEST_BUSY);
-    srv_conns_end(c, 1);
-    assert_int_equal(srv_conns_begin(c, 1, 2, 0), SRV_CONN_REQUEST_OK);
-    srv_conns_end(c, 99); /* unknown: no-op */
+    /* two being served, a third is refused */
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_OK);
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_OK);
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_BUSY);
+    srv_conns_end(c, 1, false); /* dropped while served */
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_OK);
+    srv_conns_end(c, 1, false);
+    srv_conns_end(c, 1, false);
+    srv_conns_end(c, 99, false); /* unknown: no-op */
+    srv_conns_free(c);
+}
+
+/* A client that sends one request at a time, whose replies' sends complete late (nng's thread
+ * has not run yet): it is served while fewer than max_replying replies lag, with a single
+ * count (the one before srv_conns_replying) its third request was dropped. */
+static void test_replies_that_complete_late(void **state)
+{
+    (void)state;
+    srv_conns *c = NULL;
+    assert_int_equal(srv_conns_new(&c, 1, 4, 4), BF_OK);
+    srv_conn_peer a = ipv4(1);
+    assert_int_equal(srv_conns_admit(c, 1, 0, &a), SRV_CONN_ADMITTED);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_OK);
+        srv_conns_replying(c, 1); /* served; its send has not completed */
+    }
+    /* a fifth reply would lag four: a peer that does not read is refused */
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_BUSY);
+    srv_conns_end(c, 1, true);
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 0), SRV_CONN_REQUEST_OK);
+    srv_conns_replying(c, 99); /* unknown: no-op */
+    srv_conns_end(c, 99, true);
     srv_conns_free(c);
 }
 
@@ -126,12 +152,13 @@ static void test_unread_quiet(void **state)
     uint32_t ids[4];
     assert_int_equal(srv_conns_take_quiet(c, 1500, 1000, ids, 4), 0); /* not quiet yet */
     /* a request from it is refused and keeps it from being quiet */
-    assert_int_equal(srv_conns_begin(c, 1, 2, 1800), SRV_CONN_REQUEST_UNREAD);
+    assert_int_equal(srv_conns_begin(c, 1, 2, 4, 1800), SRV_CONN_REQUEST_UNREAD);
     assert_int_equal(srv_conns_take_quiet(c, 2500, 1000, ids, 4), 0);
     assert_int_equal(srv_conns_take_quiet(c, 2800, 1000, ids, 4), 1);
     assert_int_equal(ids[0], 1);
-    assert_int_equal(srv_conns_take_quiet(c, 9000, 1000, ids, 4), 0);      /* handed out once */
-    assert_int_equal(srv_conns_begin(c, 2, 2, 9000), SRV_CONN_REQUEST_OK); /* others unaffected */
+    assert_int_equal(srv_conns_take_quiet(c, 9000, 1000, ids, 4), 0); /* handed out once */
+    assert_int_equal(srv_conns_begin(c, 2, 2, 4, 9000),
+                     SRV_CONN_REQUEST_OK); /* others unaffected */
     /* it keeps its slot until released */
     assert_int_equal(srv_conns_from_peer(c, &a), 2);
     assert_true(srv_conns_release(c, 1));
@@ -142,8 +169,11 @@ static void test_unread_quiet(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_listener_cap), cmocka_unit_test(test_peer_cap),
-        cmocka_unit_test(test_release),      cmocka_unit_test(test_in_flight),
+        cmocka_unit_test(test_listener_cap),
+        cmocka_unit_test(test_peer_cap),
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_in_flight),
+        cmocka_unit_test(test_replies_that_complete_late),
         cmocka_unit_test(test_unread_quiet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
