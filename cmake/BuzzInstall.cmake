@@ -15,7 +15,7 @@ install(TARGETS buzz-backfill EXPORT BuzzBackfillTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib NAMELINK_COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/engine/include/buzz/definition.h
               ${PROJECT_SOURCE_DIR}/engine/include/buzz/engine.h
-              ${PROJECT_SOURCE_DIR}/engine/include/buzz/err.h
+              ${PROJECT_SOURCE_DIR}/common/include/buzz/err.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/buzz COMPONENT dev)
 configure_file(${BUZZ_PKG_DIR}/libbuzz-backfill.pc.in
                ${PROJECT_BINARY_DIR}/libbuzz-backfill.pc @ONLY)

@@ -23,8 +23,7 @@
 #include "buzz/backfill/v1/readiness.pb-c.h"
 #include "buzz/backfill/v1/rpc.pb-c.h"
 #include "buzz/client.h"
-
-#define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
+#include "buzz/status.h"
 
 typedef struct bfc_service {
     ProtobufCService base; /* first: the stubs see &base */
@@ -85,41 +84,14 @@ static bf_err bfc_transport_error(bfc_client *c, bf_err err, const char *fmt, ..
 
 /* ---- codes ------------------------------------------------------------------------------- */
 
-static const struct {
-    int code;
-    const char *name;
-    bf_err err;
-} bfc_codes[] = {
-    {SC(OK), "ok", BF_OK},
-    {SC(CANCELLED), "cancelled", BF_ERR_CANCELLED},
-    {SC(UNKNOWN), "unknown", BF_ERR_INTERNAL},
-    {SC(INVALID_ARGUMENT), "invalid_argument", BF_ERR_INVALID_ARGUMENT},
-    {SC(DEADLINE_EXCEEDED), "deadline_exceeded", BF_ERR_TIMEOUT},
-    {SC(NOT_FOUND), "not_found", BF_ERR_NOT_FOUND},
-    {SC(PERMISSION_DENIED), "permission_denied", BF_ERR_PERMISSION_DENIED},
-    {SC(RESOURCE_EXHAUSTED), "resource_exhausted", BF_ERR_RESOURCE_EXHAUSTED},
-    {SC(FAILED_PRECONDITION), "failed_precondition", BF_ERR_CONFLICT},
-    {SC(ABORTED), "aborted", BF_ERR_BUSY},
-    {SC(UNIMPLEMENTED), "unimplemented", BF_ERR_INVALID_ARGUMENT},
-    {SC(INTERNAL), "internal", BF_ERR_INTERNAL},
-    {SC(UNAVAILABLE), "unavailable", BF_ERR_UNAVAILABLE},
-    {SC(UNAUTHENTICATED), "unauthenticated", BF_ERR_UNAUTHENTICATED},
-};
-
 bf_err bfc_err_from_code(int code)
 {
-    for (size_t i = 0; i < sizeof bfc_codes / sizeof bfc_codes[0]; i++)
-        if (bfc_codes[i].code == code)
-            return bfc_codes[i].err;
-    return BF_ERR_INTERNAL;
+    return bf_status_to_err(code);
 }
 
 const char *bfc_code_name(int code)
 {
-    for (size_t i = 0; i < sizeof bfc_codes / sizeof bfc_codes[0]; i++)
-        if (bfc_codes[i].code == code)
-            return bfc_codes[i].name;
-    return "unknown";
+    return bf_status_name(code);
 }
 
 /* ---- calls ------------------------------------------------------------------------------- */

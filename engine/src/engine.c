@@ -83,45 +83,6 @@ static bf_err engine_session_timeouts(bf_engine *e)
     return BF_OK;
 }
 
-void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
-{
-    if (cap == 0)
-        return;
-    int n = vsnprintf(dst, cap, fmt, ap);
-    if (n < 0 || (size_t)n < cap)
-        return;
-    /* cut on a UTF-8 character boundary: PostgreSQL rejects a split character, and this text
-     * is stored (error_detail, audit); "..." marks the cut when there is room for it. Whole
-     * characters are kept while they fit before the limit (dst[0..limit) is the formatted
-     * text; vsnprintf overwrote dst[cap - 1] with the terminator). */
-    bool mark = cap > 4;
-    size_t limit = mark ? cap - 4 : cap - 1, end = 0;
-    while (end < limit) {
-        unsigned char c = (unsigned char)dst[end];
-        size_t len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
-        if (end + len > limit)
-            break;
-        end += len;
-    }
-    if (mark)
-        memcpy(dst + end, "...", 4);
-    else
-        dst[end] = '\0';
-}
-
-void bf__format(char *dst, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    bf__vformat(dst, cap, fmt, ap);
-    va_end(ap);
-}
-
-void bf__copy(char *dst, size_t cap, const char *src)
-{
-    bf__format(dst, cap, "%s", src ? src : "");
-}
-
 const char *bf_event_code(bf_event event)
 {
     static const char *const codes[] = {

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "buzz/definition.h"
+#include "text.h" /* common/src: bounded formatting */
 #include "buzz/engine.h"
 
 #define BF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -151,12 +152,7 @@ bool bf__field_bool(const PGresult *r, int row, int col);
 /* Copy a bound or checkpoint (text[] literal) of a result into dst (BF_KEY_TEXT_MAX bytes);
  * BF_ERR_DATA_INVARIANT, dst untouched, when it does not fit: a key is never truncated. */
 bf_err bf__key_field(bf_engine *e, char *dst, const PGresult *r, int row, int col);
-/* Bounded copy with a truncation marker when src does not fit. */
-void bf__copy(char *dst, size_t cap, const char *src);
-/* Bounded printf that never overflows; truncated output ends with "...". */
-void bf__format(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void bf__vformat(char *dst, size_t cap, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
+/* bf__copy, bf__format, bf__vformat: common/src/text.h */
 
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 

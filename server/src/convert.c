@@ -1,6 +1,6 @@
 /*
- * convert.c - engine structs -> protobuf messages, and the one table from engine errors to wire
- * status codes.
+ * convert.c - engine structs -> protobuf messages; engine errors -> wire status codes through
+ * the one table in common/src/status.c.
  *
  * Design notes: the wire contract is proto2 so that unknown values have presence. Every field
  * below is set only when PostgreSQL knows it: no bound before start, no checkpoint before the
@@ -10,54 +10,14 @@
  */
 #include <string.h>
 
+#include "buzz/status.h"
 #include "srv.h"
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-#define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
-
-static const struct {
-    bf_err err;
-    srv_code code;
-} err_codes[] = {
-    {BF_OK, SC(OK)},
-    {BF_ERR_INVALID_ARGUMENT, SC(INVALID_ARGUMENT)},
-    {BF_ERR_NOT_FOUND, SC(NOT_FOUND)},
-    {BF_ERR_CONFLICT, SC(FAILED_PRECONDITION)},
-    {BF_ERR_STALE, SC(ABORTED)},
-    {BF_ERR_NO_WORK, SC(FAILED_PRECONDITION)},
-    {BF_ERR_UNAVAILABLE, SC(UNAVAILABLE)},
-    {BF_ERR_TIMEOUT, SC(DEADLINE_EXCEEDED)},
-    /* the service cannot serve until an operator fixes the schema */
-    {BF_ERR_SCHEMA_MISSING, SC(UNAVAILABLE)},
-    {BF_ERR_SCHEMA_TOO_NEW, SC(UNAVAILABLE)},
-    {BF_ERR_SCHEMA_CHECKSUM, SC(UNAVAILABLE)},
-    /* this process cannot act on the row as it stands: the current row travels along */
-    {BF_ERR_INCOMPATIBLE, SC(FAILED_PRECONDITION)},
-    {BF_ERR_UNKNOWN_DEFINITION, SC(FAILED_PRECONDITION)},
-    {BF_ERR_BATCH_BOUND, SC(INTERNAL)},
-    {BF_ERR_PREREQUISITE, SC(FAILED_PRECONDITION)},
-    {BF_ERR_DATA_INVARIANT, SC(FAILED_PRECONDITION)},
-    {BF_ERR_RETRYABLE, SC(UNAVAILABLE)},
-    {BF_ERR_DEFINITION, SC(INTERNAL)},
-    {BF_ERR_VALIDATION_FAILED, SC(FAILED_PRECONDITION)},
-    {BF_ERR_BUSY, SC(ABORTED)},
-    {BF_ERR_IMMUTABLE, SC(FAILED_PRECONDITION)},
-    {BF_ERR_CANCELLED, SC(CANCELLED)},
-    {BF_ERR_NOMEM, SC(RESOURCE_EXHAUSTED)},
-    {BF_ERR_INTERNAL, SC(INTERNAL)},
-    {BF_ERR_UNAUTHENTICATED, SC(UNAUTHENTICATED)},
-    {BF_ERR_PERMISSION_DENIED, SC(PERMISSION_DENIED)},
-    {BF_ERR_RESOURCE_EXHAUSTED, SC(RESOURCE_EXHAUSTED)},
-    {BF_ERR_IO, SC(UNAVAILABLE)},
-};
-
 srv_code srv_code_from_err(bf_err err)
 {
-    for (size_t i = 0; i < sizeof err_codes / sizeof err_codes[0]; i++)
-        if (err_codes[i].err == err)
-            return err_codes[i].code;
-    return SC(UNKNOWN);
+    return (srv_code)bf_status_from_err(err);
 }
 
 /* ---- states ------------------------------------------------------------------------------ */

@@ -8,9 +8,9 @@
  *
  * A stub Readiness service (the real descriptor, with a Check handler written here) is the only
  * registered service, so no PostgreSQL is needed. Authentication is the real srv_auth: an ipc
- * boundary, and a trusted key generated here whose tokens are minted with buzz-token. TLS uses a
- * self-signed certificate made with the openssl CLI at run time; without openssl the TLS test is
- * skipped.
+ * boundary, and a trusted key generated here whose tokens are minted with buzz/token.h
+ * (buzz-common). TLS uses a self-signed certificate made with the openssl CLI at run time; without
+ * openssl the TLS test is skipped.
  *
  * Concurrency is proved with a barrier in the handler (the first handler waits until a second
  * is inside), never with sleeps. The retry test relies on the client's attempt timeout (the

@@ -2,10 +2,10 @@
  * daemon.h - real buzz-backfilld processes for the test suites (prefix bd_).
  *
  * bd_setup() makes a private directory with a trusted Ed25519 key (kid BD_KID, minted into
- * tokens with the buzz-token API), the trusted keys file and a revoked tokens file. bd_start()
- * writes a configuration file and starts `buzz-backfilld --config FILE run` as a child: a fresh
- * test database (bt_db_create, or another from bd_db_new), an ipc:// listener in the private
- * directory and a tcp://127.0.0.1:<free port> listener, the test definitions module
+ * tokens with the buzz/token.h API of buzz-common), the trusted keys file and a revoked tokens
+ * file. bd_start() writes a configuration file and starts `buzz-backfilld --config FILE run` as a
+ * child: a fresh test database (bt_db_create, or another from bd_db_new), an ipc:// listener in the
+ * private directory and a tcp://127.0.0.1:<free port> listener, the test definitions module
  * (tests/support/test_definitions.c) with the definition sets named in the options, and
  * returns once the admin listener answers a request. Its stderr goes to a log file in the
  * directory (kept when a test fails). bd_stop() sends SIGTERM and returns the exit status; the

@@ -1,5 +1,5 @@
 /*
- * buzz/token.h - capability tokens (library buzz-token): Ed25519 keys, key files, minting,
+ * buzz/token.h - capability tokens (library buzz-common): Ed25519 keys, key files, minting,
  * parsing and verification. Used by the server (auth.c), the client and buzzctl.
  *
  * Format (proto/buzz/backfill/v1/token.proto):

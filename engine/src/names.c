@@ -1,33 +1,10 @@
-/* err.c - strings for the bf_err list (generated from BF_ERR_LIST) and the small enum names. */
+/* names.c - the names of the engine's small enums (states, outcomes, actions, steps). The bf_err
+ * strings live in common/src/err.c. */
 #include <stdarg.h>
 #include <string.h>
 
 #include "buzz/engine.h"
 #include "internal.h"
-
-const char *bf_err_str(bf_err err)
-{
-    switch (err) {
-#define BF_ERR_CASE(name, value, text)                                                             \
-    case name:                                                                                     \
-        return text;
-        BF_ERR_LIST(BF_ERR_CASE)
-#undef BF_ERR_CASE
-    }
-    return "unknown error";
-}
-
-const char *bf_err_name(bf_err err)
-{
-    switch (err) {
-#define BF_ERR_CASE(name, value, text)                                                             \
-    case name:                                                                                     \
-        return #name;
-        BF_ERR_LIST(BF_ERR_CASE)
-#undef BF_ERR_CASE
-    }
-    return "BF_ERR_UNKNOWN";
-}
 
 static const char *const state_names[] = {
     [BF_STATE_PENDING] = "pending",     [BF_STATE_RUNNING] = "running",
@@ -109,15 +86,4 @@ const char *bf_step_name(bf_step step)
         return "lost";
     }
     return "unknown";
-}
-
-bf_err bf_diag_set(char *diag, size_t cap, bf_err err, const char *fmt, ...)
-{
-    if (diag == NULL || cap == 0)
-        return err;
-    va_list ap;
-    va_start(ap, fmt);
-    bf__vformat(diag, cap, fmt, ap);
-    va_end(ap);
-    return err;
 }
