@@ -2,7 +2,8 @@
 #   daemon  buzz-backfilld   the service, its unit, tmpfiles entry, default configuration
 #   ctl     buzzctl          the operator CLI and its bash completion
 #   lib     libbuzz-backfill1     the engine's shared library
-#   dev     libbuzz-backfill-dev  headers, pkg-config file, CMake package configuration
+#   client  libbuzz-backfill-client1  the client library (what a relay links for readiness)
+#   dev     libbuzz-backfill-dev  headers, pkg-config files, CMake package configuration
 # The version comes from project(VERSION) in the top-level CMakeLists.txt, and only from there.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -33,6 +34,25 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/BuzzBackfillConfigVersion
 install(FILES ${PROJECT_BINARY_DIR}/BuzzBackfillConfig.cmake
               ${PROJECT_BINARY_DIR}/BuzzBackfillConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/BuzzBackfill COMPONENT dev)
+
+# ---- the client library ------------------------------------------------------------------
+# Headers: buzz/client.h and the generated contracts (buzz/backfill/v1/*.pb-c.h: the stubs are
+# the client API); buzz/err.h comes with the engine's headers above.
+if(TARGET buzz-backfill-client)
+  set_target_properties(buzz-backfill-client PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 1)
+  install(TARGETS buzz-backfill-client
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client NAMELINK_COMPONENT dev)
+  install(FILES ${PROJECT_SOURCE_DIR}/client/include/buzz/client.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/buzz COMPONENT dev)
+  foreach(p rpc admin readiness token)
+    install(FILES ${PROJECT_BINARY_DIR}/proto/gen/buzz/backfill/v1/${p}.pb-c.h
+            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/buzz/backfill/v1 COMPONENT dev)
+  endforeach()
+  configure_file(${BUZZ_PKG_DIR}/libbuzz-backfill-client.pc.in
+                 ${PROJECT_BINARY_DIR}/libbuzz-backfill-client.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/libbuzz-backfill-client.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+endif()
 
 # ---- the daemon and the CLI ---------------------------------------------------------------
 if(TARGET buzz-backfilld)
@@ -77,10 +97,11 @@ if(SCDOC)
 endif()
 
 # ---- Debian packages ----------------------------------------------------------------------
-foreach(component daemon ctl lib dev)
+foreach(component daemon ctl lib client dev)
   set(name_daemon buzz-backfilld)
   set(name_ctl buzzctl)
   set(name_lib libbuzz-backfill1)
+  set(name_client libbuzz-backfill-client1)
   set(name_dev libbuzz-backfill-dev)
   install(FILES ${BUZZ_PKG_DIR}/deb/copyright
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name_${component}} COMPONENT ${component})
@@ -99,7 +120,7 @@ set(CPACK_PACKAGE_CONTACT "buzz-backfill developers <maintainers@buzz-backfill.e
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "durable PostgreSQL data backfills for a Nostr relay")
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_STRIP_FILES ON)
-set(CPACK_COMPONENTS_ALL daemon ctl lib dev)
+set(CPACK_COMPONENTS_ALL daemon ctl lib client dev)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
@@ -107,8 +128,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION database)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://example.invalid/buzz-backfill")
-# shlibdeps must find the engine library of this build
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/engine)
+# shlibdeps must find the libraries of this build
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/engine
+    ${PROJECT_BINARY_DIR}/client)
 
 set(CPACK_DEBIAN_DAEMON_PACKAGE_NAME buzz-backfilld)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SECTION admin)
@@ -132,10 +154,17 @@ set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${BUZZ_PKG_DIR}/deb/lib/triggers)
 set(CPACK_COMPONENT_LIB_DESCRIPTION
     "durable PostgreSQL backfill engine (shared library)\n The engine behind buzz-backfilld: lifecycle, fenced claims, bounded batches\n and validation, with PostgreSQL as the only authority.")
 
+set(CPACK_DEBIAN_CLIENT_PACKAGE_NAME libbuzz-backfill-client1)
+set(CPACK_DEBIAN_CLIENT_PACKAGE_SECTION libs)
+set(CPACK_DEBIAN_CLIENT_PACKAGE_CONTROL_EXTRA ${BUZZ_PKG_DIR}/deb/lib/triggers)
+set(CPACK_COMPONENT_CLIENT_DESCRIPTION
+    "client library of buzz-backfilld (shared library)\n Admin and Readiness calls over nng with the generated protobuf-c stubs: what\n a relay links to ask whether it may serve.")
+
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libbuzz-backfill-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libbuzz-backfill1 (= ${PROJECT_VERSION}-1), libpq-dev")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
+    "libbuzz-backfill1 (= ${PROJECT_VERSION}-1), libbuzz-backfill-client1 (= ${PROJECT_VERSION}-1), libpq-dev, libprotobuf-c-dev, libsodium-dev")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
-    "durable PostgreSQL backfill engine (development files)\n Headers, pkg-config file and CMake package configuration for writing\n backfill definitions and embedding the engine.")
+    "durable PostgreSQL backfill engine (development files)\n Headers, pkg-config files and CMake package configuration for writing\n backfill definitions, embedding the engine and calling the service.")
 
 include(CPack)

@@ -7,7 +7,7 @@ set -euo pipefail
 
 PROG="${0##*/}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PKGS=(buzz-backfilld buzzctl libbuzz-backfill1 libbuzz-backfill-dev)
+PKGS=(buzz-backfilld buzzctl libbuzz-backfill1 libbuzz-backfill-client1 libbuzz-backfill-dev)
 CONF=/etc/buzz-backfill/buzz-backfilld.conf
 SOCK=/run/buzz-backfill/admin.sock
 
@@ -28,7 +28,7 @@ die()
 [[ -n "${BUZZ_TEST_PG_URL:-}" ]] || die "BUZZ_TEST_PG_URL is not set"
 shopt -s nullglob
 debs=("$ROOT"/build-pkg/*.deb)
-((${#debs[@]} == 4)) || die "expected 4 packages in build-pkg/ (run scripts/package.sh)"
+((${#debs[@]} == ${#PKGS[@]})) || die "expected ${#PKGS[@]} packages in build-pkg/ (run scripts/package.sh)"
 
 daemon_pid=""
 cleanup()
@@ -56,6 +56,7 @@ for page in buzz-backfilld.8 buzz-backfilld.conf.5 buzzctl.1; do
     [[ -f "/usr/share/man/man${page##*.}/$page.gz" ]] || die "man page $page not installed"
 done
 pkg-config --exists libbuzz-backfill || die "pkg-config does not find libbuzz-backfill"
+pkg-config --exists libbuzz-backfill-client || die "pkg-config does not find libbuzz-backfill-client"
 
 echo "--- a program built against the installed -dev package (pkg-config)"
 work="$(mktemp -d)"
@@ -74,7 +75,10 @@ C
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$work/use" "$work/use.c" $(pkg-config --cflags --libs libbuzz-backfill)
 "$work/use"
-rm -rf "$work"
+# what a relay does: examples/relay_readiness.c against the installed client (run below)
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror -o "$work/relay_readiness" "$ROOT/examples/relay_readiness.c" \
+    $(pkg-config --cflags --libs libbuzz-backfill-client)
 
 echo "--- check-config of the installed default configuration"
 BUZZ_BACKFILL_CONFIG="$CONF" /usr/sbin/buzz-backfilld check-config >/dev/null
@@ -106,6 +110,9 @@ fi
 /usr/bin/buzzctl -u "ipc://$SOCK" whoami
 /usr/bin/buzzctl -u "ipc://$SOCK" list
 /usr/bin/buzzctl -u "ipc://$SOCK" ready
+echo "--- Readiness.Check from a program built against the installed client library"
+"$work/relay_readiness" "ipc://$SOCK"
+rm -rf "$work"
 kill -TERM "$daemon_pid"
 rc=0
 wait "$daemon_pid" || rc=$?

@@ -119,26 +119,26 @@ static void add_table(bf_strbuf *sb, const char *table)
 {
     const char *dot = strchr(table, '.');
     if (dot == NULL)
-        bf_strbuf_addf(sb, "\"%s\"", table);
+        bf__strbuf_addf(sb, "\"%s\"", table);
     else
-        bf_strbuf_addf(sb, "\"%.*s\".\"%s\"", (int)(dot - table), table, dot + 1);
+        bf__strbuf_addf(sb, "\"%.*s\".\"%s\"", (int)(dot - table), table, dot + 1);
 }
 
 /* p."a", p."b" [DESC] */
 static void add_cols(bf_strbuf *sb, const bf_definition *d, const char *p, const char *suffix)
 {
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(sb, "%s%s.\"%s\"%s", i ? ", " : "", p, d->key[i].name, suffix);
+        bf__strbuf_addf(sb, "%s%s.\"%s\"%s", i ? ", " : "", p, d->key[i].name, suffix);
 }
 
 /* p."a"  or  (p."a", p."b") */
 static void add_tuple(bf_strbuf *sb, const bf_definition *d, const char *p)
 {
     if (d->nkey > 1)
-        bf_strbuf_add(sb, "(");
+        bf__strbuf_add(sb, "(");
     add_cols(sb, d, p, "");
     if (d->nkey > 1)
-        bf_strbuf_add(sb, ")");
+        bf__strbuf_add(sb, ")");
 }
 
 /* Where a key value comes from: a text[] parameter ("($n::text[])[i]::Ti"), or the variables
@@ -161,16 +161,16 @@ static bool key_ref_set(key_ref r)
 static void add_value(bf_strbuf *sb, const bf_definition *d, key_ref r)
 {
     if (d->nkey > 1)
-        bf_strbuf_add(sb, "(");
+        bf__strbuf_add(sb, "(");
     for (int i = 0; i < d->nkey; i++) {
         if (r.param > 0)
-            bf_strbuf_addf(sb, "%s($%d::text[])[%d]::%s", i ? ", " : "", r.param, i + 1,
-                           bf_key_type_name(d->key[i].type));
+            bf__strbuf_addf(sb, "%s($%d::text[])[%d]::%s", i ? ", " : "", r.param, i + 1,
+                            bf_key_type_name(d->key[i].type));
         else
-            bf_strbuf_addf(sb, "%sbf.%c%d", i ? ", " : "", r.var, i + 1);
+            bf__strbuf_addf(sb, "%sbf.%c%d", i ? ", " : "", r.var, i + 1);
     }
     if (d->nkey > 1)
-        bf_strbuf_add(sb, ")");
+        bf__strbuf_add(sb, ")");
 }
 
 static void add_param(bf_strbuf *sb, const bf_definition *d, int n)
@@ -181,10 +181,10 @@ static void add_param(bf_strbuf *sb, const bf_definition *d, int n)
 /* ARRAY[p."a"::text, p."b"::text] */
 static void add_text_array(bf_strbuf *sb, const bf_definition *d, const char *p)
 {
-    bf_strbuf_add(sb, "ARRAY[");
+    bf__strbuf_add(sb, "ARRAY[");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(sb, "%s%s.\"%s\"::text", i ? ", " : "", p, d->key[i].name);
-    bf_strbuf_add(sb, "]");
+        bf__strbuf_addf(sb, "%s%s.\"%s\"::text", i ? ", " : "", p, d->key[i].name);
+    bf__strbuf_add(sb, "]");
 }
 
 /* t.<key> > after AND t.<key> <= bound  (after omitted when not set) */
@@ -192,12 +192,12 @@ static void add_range(bf_strbuf *sb, const bf_definition *d, key_ref after, key_
 {
     if (key_ref_set(after)) {
         add_tuple(sb, d, "t");
-        bf_strbuf_add(sb, " > ");
+        bf__strbuf_add(sb, " > ");
         add_value(sb, d, after);
-        bf_strbuf_add(sb, " AND ");
+        bf__strbuf_add(sb, " AND ");
     }
     add_tuple(sb, d, "t");
-    bf_strbuf_add(sb, " <= ");
+    bf__strbuf_add(sb, " <= ");
     add_value(sb, d, bound);
 }
 
@@ -205,15 +205,15 @@ static void add_range(bf_strbuf *sb, const bf_definition *d, key_ref after, key_
 static void add_keyset(bf_strbuf *sb, const bf_definition *d, key_ref after, key_ref bound,
                        const char *limit)
 {
-    bf_strbuf_add(sb, "SELECT ");
+    bf__strbuf_add(sb, "SELECT ");
     add_cols(sb, d, "t", "");
-    bf_strbuf_add(sb, " FROM ");
+    bf__strbuf_add(sb, " FROM ");
     add_table(sb, d->table);
-    bf_strbuf_add(sb, " t WHERE ");
+    bf__strbuf_add(sb, " t WHERE ");
     add_range(sb, d, after, bound);
-    bf_strbuf_add(sb, " ORDER BY ");
+    bf__strbuf_add(sb, " ORDER BY ");
     add_cols(sb, d, "t", "");
-    bf_strbuf_addf(sb, " LIMIT %s", limit);
+    bf__strbuf_addf(sb, " LIMIT %s", limit);
 }
 
 /* The fence shared by both batch forms, as SQL expressions of the form that uses it. */
@@ -230,19 +230,19 @@ typedef struct fence_sql {
  * and not beyond the bound. */
 static void add_fence(bf_strbuf *sb, const fence_sql *f)
 {
-    bf_strbuf_addf(sb,
-                   "UPDATE buzz_backfill.backfill f SET checkpoint = %s,"
-                   " rows_committed = f.rows_committed + %s, rows_covered = f.rows_covered + %s,"
-                   " batches_committed = f.batches_committed + 1, attempts = 0,"
-                   " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
-                   " updated_at = clock_timestamp(),"
-                   " claim_expires_at = clock_timestamp() + %s::integer * interval '1 ms'",
-                   f->new_checkpoint, f->touched, f->covered, f->lease_ms);
-    bf_strbuf_addf(sb,
-                   " WHERE f.id = %s AND f.state = 'running' AND f.generation = %s"
-                   " AND f.claim_owner = %s AND f.claim_expires_at > clock_timestamp()"
-                   " AND f.checkpoint IS NOT DISTINCT FROM %s",
-                   f->id, f->generation, f->owner, f->old_checkpoint);
+    bf__strbuf_addf(sb,
+                    "UPDATE buzz_backfill.backfill f SET checkpoint = %s,"
+                    " rows_committed = f.rows_committed + %s, rows_covered = f.rows_covered + %s,"
+                    " batches_committed = f.batches_committed + 1, attempts = 0,"
+                    " next_attempt_at = NULL, last_progress_at = clock_timestamp(),"
+                    " updated_at = clock_timestamp(),"
+                    " claim_expires_at = clock_timestamp() + %s::integer * interval '1 ms'",
+                    f->new_checkpoint, f->touched, f->covered, f->lease_ms);
+    bf__strbuf_addf(sb,
+                    " WHERE f.id = %s AND f.state = 'running' AND f.generation = %s"
+                    " AND f.claim_owner = %s AND f.claim_expires_at > clock_timestamp()"
+                    " AND f.checkpoint IS NOT DISTINCT FROM %s",
+                    f->id, f->generation, f->owner, f->old_checkpoint);
 }
 
 /* The loop's statement for the batch's last key and size, after the checkpoint when after is
@@ -251,27 +251,27 @@ static void add_fence(bf_strbuf *sb, const fence_sql *f)
  * and a top-1 sort keeps the last row. */
 static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
 {
-    bf_strbuf_add(sb, "SELECT ");
+    bf__strbuf_add(sb, "SELECT ");
     bool has_max = d->key[0].type != BF_KEY_BYTEA && d->key[0].type != BF_KEY_UUID;
     if (d->nkey == 1 && has_max) {
-        bf_strbuf_addf(sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
+        bf__strbuf_addf(sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
         add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
-        bf_strbuf_add(sb, ") k;\n");
+        bf__strbuf_add(sb, ") k;\n");
         return;
     }
     add_cols(sb, d, "s", "");
-    bf_strbuf_add(sb, ", s.bf_n INTO ");
+    bf__strbuf_add(sb, ", s.bf_n INTO ");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(sb, "bf.l%d, ", i + 1);
-    bf_strbuf_add(sb, "bf.n FROM (SELECT ");
+        bf__strbuf_addf(sb, "bf.l%d, ", i + 1);
+    bf__strbuf_add(sb, "bf.n FROM (SELECT ");
     add_cols(sb, d, "k", "");
-    bf_strbuf_add(sb, ", row_number() OVER (ORDER BY ");
+    bf__strbuf_add(sb, ", row_number() OVER (ORDER BY ");
     add_cols(sb, d, "k", "");
-    bf_strbuf_add(sb, ") AS bf_n FROM (");
+    bf__strbuf_add(sb, ") AS bf_n FROM (");
     add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
-    bf_strbuf_add(sb, ") k) s ORDER BY ");
+    bf__strbuf_add(sb, ") k) s ORDER BY ");
     add_cols(sb, d, "s", " DESC");
-    bf_strbuf_add(sb, " LIMIT 1;\n");
+    bf__strbuf_add(sb, " LIMIT 1;\n");
 }
 
 /* The loop's mutation over the batch's key range, after the checkpoint (when after is set) up
@@ -279,11 +279,11 @@ static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
  * is unique), as one index range scan. */
 static void add_loop_mutation(bf_strbuf *sb, const bf_definition *d, key_ref after)
 {
-    bf_strbuf_add(sb, "UPDATE ");
+    bf__strbuf_add(sb, "UPDATE ");
     add_table(sb, d->table);
-    bf_strbuf_addf(sb, " t SET %s WHERE ", d->update_set);
+    bf__strbuf_addf(sb, " t SET %s WHERE ", d->update_set);
     add_range(sb, d, after, KEY_VAR('l'));
-    bf_strbuf_addf(sb, " AND (%s);\n", d->needs_repair);
+    bf__strbuf_addf(sb, " AND (%s);\n", d->needs_repair);
 }
 
 /* IF bf.has_cp THEN <after the checkpoint> ELSE <from the start> END IF: two static statements,
@@ -291,11 +291,11 @@ static void add_loop_mutation(bf_strbuf *sb, const bf_definition *d, key_ref aft
 static void add_loop_branches(bf_strbuf *sb, const bf_definition *d,
                               void (*add)(bf_strbuf *, const bf_definition *, key_ref))
 {
-    bf_strbuf_add(sb, "    IF bf.has_cp THEN\n      ");
+    bf__strbuf_add(sb, "    IF bf.has_cp THEN\n      ");
     add(sb, d, KEY_VAR('c'));
-    bf_strbuf_add(sb, "    ELSE\n      ");
+    bf__strbuf_add(sb, "    ELSE\n      ");
     add(sb, d, KEY_NONE);
-    bf_strbuf_add(sb, "    END IF;\n");
+    bf__strbuf_add(sb, "    END IF;\n");
 }
 
 /*
@@ -316,46 +316,46 @@ static void add_loop_branches(bf_strbuf *sb, const bf_definition *d,
 static char *compile_loop(const bf_definition *d, size_t index)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_addf(&sb,
-                   "CREATE OR REPLACE PROCEDURE pg_temp.bf_loop_%zu(p_id text, p_generation"
-                   " bigint, p_owner text, p_bound text[], p_limit integer, p_lease_ms integer,"
-                   " p_max_batches integer, p_step_ms integer, INOUT checkpoint text[],"
-                   " INOUT batches bigint, INOUT rows_covered bigint, INOUT rows_touched bigint) "
-                   "LANGUAGE plpgsql AS $bf$\n"
-                   "#variable_conflict use_column\n<<bf>>\nDECLARE\n",
-                   index);
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb,
+                    "CREATE OR REPLACE PROCEDURE pg_temp.bf_loop_%zu(p_id text, p_generation"
+                    " bigint, p_owner text, p_bound text[], p_limit integer, p_lease_ms integer,"
+                    " p_max_batches integer, p_step_ms integer, INOUT checkpoint text[],"
+                    " INOUT batches bigint, INOUT rows_covered bigint, INOUT rows_touched bigint) "
+                    "LANGUAGE plpgsql AS $bf$\n"
+                    "#variable_conflict use_column\n<<bf>>\nDECLARE\n",
+                    index);
     for (int i = 0; i < d->nkey; i++) {
         const char *type = bf_key_type_name(d->key[i].type);
-        bf_strbuf_addf(&sb, "  b%d %s := p_bound[%d]::%s;\n", i + 1, type, i + 1, type);
-        bf_strbuf_addf(&sb, "  c%d %s := checkpoint[%d]::%s;\n", i + 1, type, i + 1, type);
-        bf_strbuf_addf(&sb, "  l%d %s;\n", i + 1, type);
+        bf__strbuf_addf(&sb, "  b%d %s := p_bound[%d]::%s;\n", i + 1, type, i + 1, type);
+        bf__strbuf_addf(&sb, "  c%d %s := checkpoint[%d]::%s;\n", i + 1, type, i + 1, type);
+        bf__strbuf_addf(&sb, "  l%d %s;\n", i + 1, type);
     }
-    bf_strbuf_add(&sb,
-                  "  has_cp boolean := checkpoint IS NOT NULL;\n"
-                  "  cp text[] := checkpoint;\n"
-                  "  next_cp text[];\n"
-                  "  id text := p_id;\n"
-                  "  gen bigint := p_generation;\n"
-                  "  owner text := p_owner;\n"
-                  "  lim integer := p_limit;\n"
-                  "  lease integer := p_lease_ms;\n"
-                  "  n bigint;\n"
-                  "  touched bigint;\n"
-                  "  fenced bigint;\n"
-                  "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
-                  "BEGIN\n"
-                  "  batches := 0; rows_covered := 0; rows_touched := 0;\n"
-                  "  LOOP\n");
+    bf__strbuf_add(&sb,
+                   "  has_cp boolean := checkpoint IS NOT NULL;\n"
+                   "  cp text[] := checkpoint;\n"
+                   "  next_cp text[];\n"
+                   "  id text := p_id;\n"
+                   "  gen bigint := p_generation;\n"
+                   "  owner text := p_owner;\n"
+                   "  lim integer := p_limit;\n"
+                   "  lease integer := p_lease_ms;\n"
+                   "  n bigint;\n"
+                   "  touched bigint;\n"
+                   "  fenced bigint;\n"
+                   "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
+                   "BEGIN\n"
+                   "  batches := 0; rows_covered := 0; rows_touched := 0;\n"
+                   "  LOOP\n");
     add_loop_branches(&sb, d, add_loop_last);
-    bf_strbuf_add(&sb, "    EXIT WHEN coalesce(bf.n, 0) = 0; /* no admitted work remains */\n");
+    bf__strbuf_add(&sb, "    EXIT WHEN coalesce(bf.n, 0) = 0; /* no admitted work remains */\n");
     add_loop_branches(&sb, d, add_loop_mutation);
-    bf_strbuf_add(&sb, "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
-                       "    bf.next_cp := ");
-    bf_strbuf_add(&sb, "ARRAY[");
+    bf__strbuf_add(&sb, "    GET DIAGNOSTICS bf.touched = ROW_COUNT;\n"
+                        "    bf.next_cp := ");
+    bf__strbuf_add(&sb, "ARRAY[");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "%sbf.l%d::text", i ? ", " : "", i + 1);
-    bf_strbuf_add(&sb, "];\n    ");
+        bf__strbuf_addf(&sb, "%sbf.l%d::text", i ? ", " : "", i + 1);
+    bf__strbuf_add(&sb, "];\n    ");
     const fence_sql fence = {.id = "bf.id",
                              .generation = "bf.gen",
                              .owner = "bf.owner",
@@ -365,43 +365,43 @@ static char *compile_loop(const bf_definition *d, size_t index)
                              .covered = "bf.n",
                              .lease_ms = "bf.lease"};
     add_fence(&sb, &fence);
-    bf_strbuf_add(&sb, " AND ");
+    bf__strbuf_add(&sb, " AND ");
     add_value(&sb, d, KEY_VAR('l'));
-    bf_strbuf_add(&sb, " <= ");
+    bf__strbuf_add(&sb, " <= ");
     add_value(&sb, d, KEY_VAR('b'));
-    bf_strbuf_add(&sb, " AND (NOT bf.has_cp OR ");
+    bf__strbuf_add(&sb, " AND (NOT bf.has_cp OR ");
     add_value(&sb, d, KEY_VAR('l'));
-    bf_strbuf_add(&sb, " > ");
+    bf__strbuf_add(&sb, " > ");
     add_value(&sb, d, KEY_VAR('c'));
-    bf_strbuf_add(&sb, ");\n"
-                       "    GET DIAGNOSTICS bf.fenced = ROW_COUNT;\n"
-                       "    PERFORM buzz_backfill.batch_verdict(bf.n, bf.touched, bf.fenced,"
-                       " bf.lim);\n"
-                       "    COMMIT;\n"
-                       "    bf.has_cp := true;\n"
-                       "    bf.cp := bf.next_cp;\n"
-                       "    checkpoint := bf.next_cp;\n");
+    bf__strbuf_add(&sb, ");\n"
+                        "    GET DIAGNOSTICS bf.fenced = ROW_COUNT;\n"
+                        "    PERFORM buzz_backfill.batch_verdict(bf.n, bf.touched, bf.fenced,"
+                        " bf.lim);\n"
+                        "    COMMIT;\n"
+                        "    bf.has_cp := true;\n"
+                        "    bf.cp := bf.next_cp;\n"
+                        "    checkpoint := bf.next_cp;\n");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "    bf.c%d := bf.l%d;\n", i + 1, i + 1);
-    bf_strbuf_add(&sb,
-                  "    batches := batches + 1;\n"
-                  "    rows_covered := rows_covered + bf.n;\n"
-                  "    rows_touched := rows_touched + bf.touched;\n"
-                  "    EXIT WHEN batches >= p_max_batches OR clock_timestamp() >= bf.deadline;\n"
-                  "  END LOOP;\n"
-                  "END $bf$");
-    return bf_strbuf_take(&sb);
+        bf__strbuf_addf(&sb, "    bf.c%d := bf.l%d;\n", i + 1, i + 1);
+    bf__strbuf_add(&sb,
+                   "    batches := batches + 1;\n"
+                   "    rows_covered := rows_covered + bf.n;\n"
+                   "    rows_touched := rows_touched + bf.touched;\n"
+                   "    EXIT WHEN batches >= p_max_batches OR clock_timestamp() >= bf.deadline;\n"
+                   "  END LOOP;\n"
+                   "END $bf$");
+    return bf__strbuf_take(&sb);
 }
 
 static char *compile_call(size_t index)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_addf(&sb,
-                   "CALL pg_temp.bf_loop_%zu($1, $2::bigint, $3, $4::text[], $5::integer,"
-                   " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL)",
-                   index);
-    return bf_strbuf_take(&sb);
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb,
+                    "CALL pg_temp.bf_loop_%zu($1, $2::bigint, $3, $4::text[], $5::integer,"
+                    " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL)",
+                    index);
+    return bf__strbuf_take(&sb);
 }
 
 /* Callback forms: fill bf_batch (created by compile_create_batch, no parameters) with the next
@@ -409,22 +409,22 @@ static char *compile_call(size_t index)
 static char *compile_keys(const bf_definition *d, bool has_after)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "INSERT INTO bf_batch ");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "INSERT INTO bf_batch ");
     add_keyset(&sb, d, has_after ? KEY_PARAM(3) : KEY_NONE, KEY_PARAM(1), "$2");
-    return bf_strbuf_take(&sb);
+    return bf__strbuf_take(&sb);
 }
 
 static char *compile_create_batch(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "CREATE TEMP TABLE bf_batch (");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "CREATE TEMP TABLE bf_batch (");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(&sb, "%s\"%s\" %s", i ? ", " : "", d->key[i].name,
-                       bf_key_type_name(d->key[i].type));
-    bf_strbuf_add(&sb, ") ON COMMIT DROP");
-    return bf_strbuf_take(&sb);
+        bf__strbuf_addf(&sb, "%s\"%s\" %s", i ? ", " : "", d->key[i].name,
+                        bf_key_type_name(d->key[i].type));
+    bf__strbuf_add(&sb, ") ON COMMIT DROP");
+    return bf__strbuf_take(&sb);
 }
 
 /* Callback batch fence. $1 id, $2 generation, $3 owner, $4 checkpoint, $5 bound, $6 touched,
@@ -433,20 +433,20 @@ static char *compile_create_batch(const bf_definition *d)
 static char *compile_fence(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "WITH bf_last AS (SELECT ");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "WITH bf_last AS (SELECT ");
     add_cols(&sb, d, "b", "");
-    bf_strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
+    bf__strbuf_add(&sb, " FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
-    bf_strbuf_add(&sb, " LIMIT 1), bf_fenced AS (");
+    bf__strbuf_add(&sb, " LIMIT 1), bf_fenced AS (");
     bf_strbuf add;
-    bf_strbuf_init(&add);
-    bf_strbuf_add(&add, "(SELECT ");
+    bf__strbuf_init(&add);
+    bf__strbuf_add(&add, "(SELECT ");
     add_text_array(&add, d, "l");
-    bf_strbuf_add(&add, " FROM bf_last l)");
-    char *new_checkpoint = bf_strbuf_take(&add);
+    bf__strbuf_add(&add, " FROM bf_last l)");
+    char *new_checkpoint = bf__strbuf_take(&add);
     if (new_checkpoint == NULL) {
-        bf_strbuf_fini(&sb);
+        bf__strbuf_fini(&sb);
         return NULL;
     }
     const fence_sql fence = {.id = "$1",
@@ -460,45 +460,46 @@ static char *compile_fence(const bf_definition *d)
     add_fence(&sb, &fence);
     free(new_checkpoint);
     /* the new checkpoint within the bound and, when there is one, after the old checkpoint */
-    bf_strbuf_add(&sb, " AND EXISTS (SELECT 1 FROM bf_last l WHERE ");
+    bf__strbuf_add(&sb, " AND EXISTS (SELECT 1 FROM bf_last l WHERE ");
     add_tuple(&sb, d, "l");
-    bf_strbuf_add(&sb, " <= ");
+    bf__strbuf_add(&sb, " <= ");
     add_param(&sb, d, 5);
-    bf_strbuf_add(&sb, " AND ($4::text[] IS NULL OR ");
+    bf__strbuf_add(&sb, " AND ($4::text[] IS NULL OR ");
     add_tuple(&sb, d, "l");
-    bf_strbuf_add(&sb, " > ");
+    bf__strbuf_add(&sb, " > ");
     add_param(&sb, d, 4);
     /* the verdict raises when the fence matched nothing, so the COMMIT sent in the same round
      * trip finds an aborted transaction and nothing of the batch commits */
-    bf_strbuf_add(&sb, ")) RETURNING f.checkpoint::text AS cp)"
-                       " SELECT (SELECT cp FROM bf_fenced), buzz_backfill.batch_verdict($8::bigint,"
-                       " $6::bigint, (SELECT count(*) FROM bf_fenced), $9::bigint)");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb,
+                   ")) RETURNING f.checkpoint::text AS cp)"
+                   " SELECT (SELECT cp FROM bf_fenced), buzz_backfill.batch_verdict($8::bigint,"
+                   " $6::bigint, (SELECT count(*) FROM bf_fenced), $9::bigint)");
+    return bf__strbuf_take(&sb);
 }
 
 /* Declarative validation chunk: ($1 bound, $2 chunk[, $3 after]) -> rows, bad rows, last key */
 static char *compile_vchunk(const bf_definition *d, bool has_after)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "WITH bf_chunk AS (");
-    bf_strbuf_add(&sb, "SELECT ");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "WITH bf_chunk AS (");
+    bf__strbuf_add(&sb, "SELECT ");
     add_cols(&sb, d, "t", "");
     if (d->postcondition != NULL && d->postcondition[0] != '\0')
-        bf_strbuf_addf(&sb, ", (%s) IS NOT TRUE AS bf_bad FROM ", d->postcondition);
+        bf__strbuf_addf(&sb, ", (%s) IS NOT TRUE AS bf_bad FROM ", d->postcondition);
     else
-        bf_strbuf_addf(&sb, ", (%s) IS TRUE AS bf_bad FROM ", d->needs_repair);
+        bf__strbuf_addf(&sb, ", (%s) IS TRUE AS bf_bad FROM ", d->needs_repair);
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, " t WHERE ");
+    bf__strbuf_add(&sb, " t WHERE ");
     add_range(&sb, d, has_after ? KEY_PARAM(3) : KEY_NONE, KEY_PARAM(1));
-    bf_strbuf_add(&sb, " ORDER BY ");
+    bf__strbuf_add(&sb, " ORDER BY ");
     add_cols(&sb, d, "t", "");
-    bf_strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (SELECT ");
+    bf__strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (SELECT ");
     add_text_array(&sb, d, "c");
-    bf_strbuf_add(&sb, "::text FROM bf_chunk c ORDER BY ");
+    bf__strbuf_add(&sb, "::text FROM bf_chunk c ORDER BY ");
     add_cols(&sb, d, "c", " DESC");
-    bf_strbuf_add(&sb, " LIMIT 1) FROM bf_chunk");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, " LIMIT 1) FROM bf_chunk");
+    return bf__strbuf_take(&sb);
 }
 
 /* Callback validation: the greatest key in bf_batch as a text[] literal (where the next chunk
@@ -506,23 +507,23 @@ static char *compile_vchunk(const bf_definition *d, bool has_after)
 static char *compile_batch_last(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "SELECT (SELECT ");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT (SELECT ");
     add_text_array(&sb, d, "b");
-    bf_strbuf_add(&sb, "::text FROM bf_batch b ORDER BY ");
+    bf__strbuf_add(&sb, "::text FROM bf_batch b ORDER BY ");
     add_cols(&sb, d, "b", " DESC");
-    bf_strbuf_add(&sb, " LIMIT 1)");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, " LIMIT 1)");
+    return bf__strbuf_take(&sb);
 }
 
 /* The key's column names as a name[] literal. Elements are quoted: an unquoted element spelled
  * "null" would read as a NULL (ident_valid admits no character that needs escaping). */
 static void add_key_names(bf_strbuf *sb, const bf_definition *d)
 {
-    bf_strbuf_add(sb, "'{");
+    bf__strbuf_add(sb, "'{");
     for (int i = 0; i < d->nkey; i++)
-        bf_strbuf_addf(sb, "%s\"%s\"", i ? "," : "", d->key[i].name);
-    bf_strbuf_add(sb, "}'::name[]");
+        bf__strbuf_addf(sb, "%s\"%s\"", i ? "," : "", d->key[i].name);
+    bf__strbuf_add(sb, "}'::name[]");
 }
 
 /* NULL without the table; 'nullable' when a key column may be NULL (a NULL key is never
@@ -534,51 +535,51 @@ static void add_key_names(bf_strbuf *sb, const bf_definition *d)
 static char *compile_unique(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "SELECT CASE WHEN to_regclass('");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT CASE WHEN to_regclass('");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, "') IS NULL THEN NULL WHEN EXISTS (SELECT 1 FROM pg_attribute a"
-                       " WHERE a.attrelid = to_regclass('");
+    bf__strbuf_add(&sb, "') IS NULL THEN NULL WHEN EXISTS (SELECT 1 FROM pg_attribute a"
+                        " WHERE a.attrelid = to_regclass('");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, "') AND a.attnum > 0 AND NOT a.attisdropped AND NOT a.attnotnull"
-                       " AND a.attname = ANY (");
+    bf__strbuf_add(&sb, "') AND a.attnum > 0 AND NOT a.attisdropped AND NOT a.attnotnull"
+                        " AND a.attname = ANY (");
     add_key_names(&sb, d);
-    bf_strbuf_add(&sb, ")) THEN 'nullable' WHEN EXISTS (SELECT 1 FROM pg_index i"
-                       " WHERE i.indrelid = to_regclass('");
+    bf__strbuf_add(&sb, ")) THEN 'nullable' WHEN EXISTS (SELECT 1 FROM pg_index i"
+                        " WHERE i.indrelid = to_regclass('");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, "') AND i.indisunique AND i.indisvalid AND i.indpred IS NULL"
-                       " AND i.indexprs IS NULL AND NOT EXISTS (SELECT 1"
-                       " FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)"
-                       " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-                       " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL (");
+    bf__strbuf_add(&sb, "') AND i.indisunique AND i.indisvalid AND i.indpred IS NULL"
+                        " AND i.indexprs IS NULL AND NOT EXISTS (SELECT 1"
+                        " FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)"
+                        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+                        " WHERE k.ord <= i.indnkeyatts AND a.attname <> ALL (");
     add_key_names(&sb, d);
-    bf_strbuf_add(&sb, "))) THEN 'unique' ELSE 'not unique' END");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, "))) THEN 'unique' ELSE 'not unique' END");
+    return bf__strbuf_take(&sb);
 }
 
 static char *compile_bound(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "SELECT ");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT ");
     add_text_array(&sb, d, "t");
-    bf_strbuf_add(&sb, "::text FROM ");
+    bf__strbuf_add(&sb, "::text FROM ");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, " t ORDER BY ");
+    bf__strbuf_add(&sb, " t ORDER BY ");
     add_cols(&sb, d, "t", " DESC");
-    bf_strbuf_add(&sb, " LIMIT 1");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, " LIMIT 1");
+    return bf__strbuf_take(&sb);
 }
 
 static char *compile_estimate(const bf_definition *d)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END"
-                       " FROM pg_class c WHERE c.oid = to_regclass('");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END"
+                        " FROM pg_class c WHERE c.oid = to_regclass('");
     add_table(&sb, d->table);
-    bf_strbuf_add(&sb, "')");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, "')");
+    return bf__strbuf_take(&sb);
 }
 
 static void compiled_fini(bf_compiled *c)
@@ -633,9 +634,9 @@ static bf_err compile(const bf_definition *d, size_t index, bf_compiled *c)
     }
     if (d->prerequisite != NULL && d->prerequisite[0] != '\0') {
         bf_strbuf sb;
-        bf_strbuf_init(&sb);
-        bf_strbuf_addf(&sb, "SELECT (%s)::boolean", d->prerequisite);
-        c->sql_prereq = bf_strbuf_take(&sb);
+        bf__strbuf_init(&sb);
+        bf__strbuf_addf(&sb, "SELECT (%s)::boolean", d->prerequisite);
+        c->sql_prereq = bf__strbuf_take(&sb);
         ok = ok && c->sql_prereq;
     }
     if (!ok) {
@@ -649,19 +650,19 @@ static bf_err compile(const bf_definition *d, size_t index, bf_compiled *c)
 static char *registry_ids_literal(const bf_registry *reg, bool required_only)
 {
     bf_strbuf sb;
-    bf_strbuf_init(&sb);
-    bf_strbuf_add(&sb, "{");
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "{");
     bool first = true;
     for (size_t i = 0; i < bf_registry_count(reg); i++) {
         const bf_definition *d = reg->items[i].def;
         if (required_only && !d->required)
             continue;
         /* quoted: an unquoted element spelled "null" would read as a NULL */
-        bf_strbuf_addf(&sb, "%s\"%s\"", first ? "" : ",", d->id);
+        bf__strbuf_addf(&sb, "%s\"%s\"", first ? "" : ",", d->id);
         first = false;
     }
-    bf_strbuf_add(&sb, "}");
-    return bf_strbuf_take(&sb);
+    bf__strbuf_add(&sb, "}");
+    return bf__strbuf_take(&sb);
 }
 
 /* Rebuild the ID literals after the registry changed. */

@@ -6,17 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-void bf_strbuf_init(bf_strbuf *sb)
+void bf__strbuf_init(bf_strbuf *sb)
 {
     sb->data = NULL;
     sb->len = sb->cap = 0;
     sb->failed = false;
 }
 
-void bf_strbuf_fini(bf_strbuf *sb)
+void bf__strbuf_fini(bf_strbuf *sb)
 {
     free(sb->data);
-    bf_strbuf_init(sb);
+    bf__strbuf_init(sb);
 }
 
 static bool strbuf_reserve(bf_strbuf *sb, size_t extra)
@@ -38,7 +38,7 @@ static bool strbuf_reserve(bf_strbuf *sb, size_t extra)
     return true;
 }
 
-void bf_strbuf_add(bf_strbuf *sb, const char *s)
+void bf__strbuf_add(bf_strbuf *sb, const char *s)
 {
     size_t n = strlen(s);
     if (!strbuf_reserve(sb, n))
@@ -47,7 +47,7 @@ void bf_strbuf_add(bf_strbuf *sb, const char *s)
     sb->len += n;
 }
 
-void bf_strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
+void bf__strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -61,13 +61,13 @@ void bf_strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
     sb->len += (size_t)n;
 }
 
-char *bf_strbuf_take(bf_strbuf *sb)
+char *bf__strbuf_take(bf_strbuf *sb)
 {
     char *s = sb->failed ? NULL : sb->data;
     if (sb->failed)
         free(sb->data);
     if (s == NULL && !sb->failed)
         s = calloc(1, 1);
-    bf_strbuf_init(sb);
+    bf__strbuf_init(sb);
     return s;
 }

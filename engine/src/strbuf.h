@@ -1,4 +1,5 @@
-/* strbuf.h - a tiny growable string for building SQL once at registration time. */
+/* strbuf.h - a tiny growable string for building SQL once at registration time (internal:
+ * bf__, not exported from the shared library). */
 #ifndef BUZZ_STRBUF_H
 #define BUZZ_STRBUF_H
 
@@ -11,11 +12,11 @@ typedef struct bf_strbuf {
     bool failed; /* an allocation failed; data is unusable */
 } bf_strbuf;
 
-void bf_strbuf_init(bf_strbuf *sb);
-void bf_strbuf_fini(bf_strbuf *sb);
-void bf_strbuf_add(bf_strbuf *sb, const char *s);
-void bf_strbuf_addf(bf_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bf__strbuf_init(bf_strbuf *sb);
+void bf__strbuf_fini(bf_strbuf *sb);
+void bf__strbuf_add(bf_strbuf *sb, const char *s);
+void bf__strbuf_addf(bf_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Hand the string to the caller (NULL after a failed allocation) and reset the buffer. */
-char *bf_strbuf_take(bf_strbuf *sb);
+char *bf__strbuf_take(bf_strbuf *sb);
 
 #endif

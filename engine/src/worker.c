@@ -357,8 +357,8 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
     char gen[24];
     worker_param_int(gen, sizeof gen, w->generation);
     bf_strbuf sql;
-    bf_strbuf_init(&sql);
-    bf_strbuf_addf(
+    bf__strbuf_init(&sql);
+    bf__strbuf_addf(
         &sql,
         "WITH u AS (UPDATE buzz_backfill.backfill SET state = $5, %s,"
         " updated_at = clock_timestamp()"
@@ -370,7 +370,7 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
         " SELECT $1, 'worker', $3, 'engine', $4, $5, u.generation, $6 FROM u RETURNING 1)"
         " SELECT pg_notify('buzz_backfill', $1) FROM a",
         set);
-    char *text = bf_strbuf_take(&sql);
+    char *text = bf__strbuf_take(&sql);
     if (text == NULL)
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");
     const char *params[] = {w->id,
