@@ -35,6 +35,7 @@ PACKAGES=(
     util-linux
     python3
     curl
+    jq
 )
 
 usage()
