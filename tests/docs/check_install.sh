@@ -38,10 +38,14 @@ lib="$(find "$prefix" -name 'libbuzz-backfill-client.so.1' | head -n 1)"
 if ldd "$lib" | grep -E 'libpq|libbuzz-backfill\.so'; then
     fail "the installed client library links libpq or the engine"
 fi
+# a sanitizer build (scripts/test.sh's asan stage) installs instrumented libraries: build the
+# program the same way, or the sanitizer runtime refuses to start
+sanitize=()
+ldd "$lib" | grep -q libasan && sanitize=(-fsanitize=address,undefined)
 export PKG_CONFIG_PATH="${pc%/*}"
 flags="$(pkg-config --define-variable=prefix="$prefix" --cflags --libs libbuzz-backfill-client)"
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Wextra -Werror -o "$work/relay_readiness" "$src/examples/relay_readiness.c" \
+cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" -o "$work/relay_readiness" "$src/examples/relay_readiness.c" \
     $flags || fail "examples/relay_readiness.c does not build against the installed client"
 export LD_LIBRARY_PATH="${lib%/*}"
 
