@@ -59,6 +59,12 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     out->batches_committed = bf__field_i64(r, row, c++);
     out->has_source_estimate = !bf__isnull(r, row, c);
     out->source_estimate = bf__field_i64(r, row, c++);
+    out->has_batch_size_current = !bf__isnull(r, row, c);
+    out->batch_size_current = (int)bf__field_i64(r, row, c++);
+    bf__copy(out->throttle_signal, sizeof out->throttle_signal, bf__field(r, row, c++));
+    bf__copy(out->throttle_value, sizeof out->throttle_value, bf__field(r, row, c++));
+    out->has_throttled_since = !bf__isnull(r, row, c);
+    out->throttled_since = bf__field_i64(r, row, c++);
     out->registered_at = bf__field_i64(r, row, c++);
     out->updated_at = bf__field_i64(r, row, c++);
     out->has_started_at = !bf__isnull(r, row, c);

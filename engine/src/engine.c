@@ -348,6 +348,7 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
     e->lock_timeout_ms = cfg->lock_timeout_ms ? cfg->lock_timeout_ms : 2000;
     e->step_ms = cfg->step_ms ? cfg->step_ms : 200;
     e->step_batches = cfg->step_batches ? cfg->step_batches : 1000;
+    e->throttle = cfg->throttle;
     e->stop_fd = -1;
     e->log = cfg->log;
     e->log_arg = cfg->log_arg;

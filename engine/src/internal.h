@@ -60,6 +60,7 @@ struct bf_engine {
     int lock_timeout_ms;
     int step_ms;
     int step_batches;
+    bf_throttle *throttle; /* shared by the process's engines, or NULL */
     bf_log_fn log;
     void *log_arg;
     unsigned char *prepared; /* per registry index: bit 0 loop procedure created */
@@ -154,6 +155,27 @@ bool bf__field_bool(const PGresult *r, int row, int col);
 bf_err bf__key_field(bf_engine *e, char *dst, const PGresult *r, int row, int col);
 /* bf__copy, bf__format, bf__vformat: common/src/text.h */
 
+/* ---- throttling (throttle.c) ------------------------------------------------------------ */
+
+/* A tripped health signal: its name (NULL when none tripped), its value as text, and how long
+ * to wait before the next check. */
+typedef struct bf_throttle_verdict {
+    const char *signal;
+    char value[64];
+    int wait_ms;
+} bf_throttle_verdict;
+
+/* Run the enabled signals of cfg for definition c (one round trip, plus the custom query when
+ * set and nothing else tripped). An error only when the database could not be asked. */
+bf_err bf__throttle_check(bf_engine *e, const bf_compiled *c, const bf_throttle_config *cfg,
+                          bf_throttle_verdict *out);
+/* keys passed for id: how long (us) the definition's ceiling def_rate and the process's
+ * ceiling require the worker to wait now; *rate_out: the ceiling that sets it. */
+int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long keys,
+                          double *rate_out);
+/* Count the sessions blocked by this session's locks (one bigint). */
+extern const char bf__throttle_blocked_sql[];
+
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 
 typedef struct bf_sqlstate_class {
@@ -198,6 +220,12 @@ const char *bf__error_class_name(bf_err err);
     " b.rows_covered,"                                                                             \
     " b.batches_committed,"                                                                        \
     " b.source_estimate,"                                                                          \
+    " b.batch_size_current," /* throttle fields are what a live claim holder observes: nothing     \
+                                once it is gone */                                                 \
+    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.throttle_signal END,"                \
+    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.throttle_value END,"                 \
+    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN"                                       \
+    "  (extract(epoch FROM b.throttled_since) * 1000000)::bigint END,"                             \
     " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"                                    \
     " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"                                       \
     " (extract(epoch FROM b.started_at) * 1000000)::bigint,"                                       \

@@ -195,12 +195,29 @@ static const char m5_rename_truncate[] =
     "CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON buzz_backfill.audit"
     "  FOR EACH STATEMENT EXECUTE FUNCTION buzz_backfill.audit_append_only();";
 
+/* Version 6: throttling (docs/throttling.md) as observed state on the row: the batch size the
+ * last worker used (adaptive sizing) and, while a worker waits on a health signal or a
+ * rows-per-second ceiling, which signal, its value and since when. Only a claim holder writes
+ * them (fenced like a renewal, worker.c); a claim clears the throttle fields, and the read
+ * model shows them only while a live claim holds them. */
+static const char m6_throttle[] =
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN batch_size_current integer"
+    "  CONSTRAINT batch_size_current_positive CHECK (batch_size_current >= 1);"
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN throttle_signal text"
+    "  CONSTRAINT throttle_signal_length CHECK (octet_length(throttle_signal) < 24);"
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN throttle_value text"
+    "  CONSTRAINT throttle_value_length CHECK (octet_length(throttle_value) < 64);"
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN throttled_since timestamptz;"
+    "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT throttle_since CHECK ("
+    "  (throttle_signal IS NULL) = (throttled_since IS NULL));";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
     {3, "rows covered", m3_rows_covered},
     {4, "bounded keys, coalesced rejections", m4_bounded_keys_coalesced_audit},
     {5, "no rename or truncate of what is permanent", m5_rename_truncate},
+    {6, "throttling state", m6_throttle},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

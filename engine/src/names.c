@@ -84,6 +84,8 @@ const char *bf_step_name(bf_step step)
         return "blocked";
     case BF_STEP_LOST:
         return "lost";
+    case BF_STEP_THROTTLED:
+        return "throttled";
     }
     return "unknown";
 }

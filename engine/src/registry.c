@@ -255,7 +255,7 @@ static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
     bool has_max = d->key[0].type != BF_KEY_BYTEA && d->key[0].type != BF_KEY_UUID;
     if (d->nkey == 1 && has_max) {
         bf__strbuf_addf(sb, "max(k.\"%s\"), count(*) INTO bf.l1, bf.n FROM (", d->key[0].name);
-        add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
+        add_keyset(sb, d, after, KEY_VAR('b'), "bf.size");
         bf__strbuf_add(sb, ") k;\n");
         return;
     }
@@ -268,7 +268,7 @@ static void add_loop_last(bf_strbuf *sb, const bf_definition *d, key_ref after)
     bf__strbuf_add(sb, ", row_number() OVER (ORDER BY ");
     add_cols(sb, d, "k", "");
     bf__strbuf_add(sb, ") AS bf_n FROM (");
-    add_keyset(sb, d, after, KEY_VAR('b'), "bf.lim");
+    add_keyset(sb, d, after, KEY_VAR('b'), "bf.size");
     bf__strbuf_add(sb, ") k) s ORDER BY ");
     add_cols(sb, d, "s", " DESC");
     bf__strbuf_add(sb, " LIMIT 1;\n");
@@ -321,7 +321,8 @@ static char *compile_loop(const bf_definition *d, size_t index)
                     "CREATE OR REPLACE PROCEDURE pg_temp.bf_loop_%zu(p_id text, p_generation"
                     " bigint, p_owner text, p_bound text[], p_limit integer, p_lease_ms integer,"
                     " p_max_batches integer, p_step_ms integer, INOUT checkpoint text[],"
-                    " INOUT batches bigint, INOUT rows_covered bigint, INOUT rows_touched bigint) "
+                    " INOUT batches bigint, INOUT rows_covered bigint, INOUT rows_touched bigint,"
+                    " p_size integer, p_watch integer, INOUT waiters bigint) "
                     "LANGUAGE plpgsql AS $bf$\n"
                     "#variable_conflict use_column\n<<bf>>\nDECLARE\n",
                     index);
@@ -339,13 +340,16 @@ static char *compile_loop(const bf_definition *d, size_t index)
                    "  gen bigint := p_generation;\n"
                    "  owner text := p_owner;\n"
                    "  lim integer := p_limit;\n"
+                   "  size integer := least(p_size, p_limit);\n"
+                   "  watch integer := p_watch;\n"
+                   "  blocked bigint;\n"
                    "  lease integer := p_lease_ms;\n"
                    "  n bigint;\n"
                    "  touched bigint;\n"
                    "  fenced bigint;\n"
                    "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
                    "BEGIN\n"
-                   "  batches := 0; rows_covered := 0; rows_touched := 0;\n"
+                   "  batches := 0; rows_covered := 0; rows_touched := 0; waiters := 0;\n"
                    "  LOOP\n");
     add_loop_branches(&sb, d, add_loop_last);
     bf__strbuf_add(&sb, "    EXIT WHEN coalesce(bf.n, 0) = 0; /* no admitted work remains */\n");
@@ -377,19 +381,27 @@ static char *compile_loop(const bf_definition *d, size_t index)
                         "    GET DIAGNOSTICS bf.fenced = ROW_COUNT;\n"
                         "    PERFORM buzz_backfill.batch_verdict(bf.n, bf.touched, bf.fenced,"
                         " bf.lim);\n"
+                        /* lock_waiters throttling: sessions this batch blocks, before they
+                           are released by the COMMIT (throttle.c bf__throttle_blocked_sql) */
+                        "    IF bf.watch > 0 THEN\n"
+                        "      SELECT count(*) INTO bf.blocked FROM pg_stat_activity a"
+                        " WHERE a.wait_event_type = 'Lock'"
+                        " AND pg_backend_pid() = ANY (pg_blocking_pids(a.pid));\n"
+                        "      waiters := greatest(waiters, bf.blocked);\n"
+                        "    END IF;\n"
                         "    COMMIT;\n"
                         "    bf.has_cp := true;\n"
                         "    bf.cp := bf.next_cp;\n"
                         "    checkpoint := bf.next_cp;\n");
     for (int i = 0; i < d->nkey; i++)
         bf__strbuf_addf(&sb, "    bf.c%d := bf.l%d;\n", i + 1, i + 1);
-    bf__strbuf_add(&sb,
-                   "    batches := batches + 1;\n"
-                   "    rows_covered := rows_covered + bf.n;\n"
-                   "    rows_touched := rows_touched + bf.touched;\n"
-                   "    EXIT WHEN batches >= p_max_batches OR clock_timestamp() >= bf.deadline;\n"
-                   "  END LOOP;\n"
-                   "END $bf$");
+    bf__strbuf_add(&sb, "    batches := batches + 1;\n"
+                        "    rows_covered := rows_covered + bf.n;\n"
+                        "    rows_touched := rows_touched + bf.touched;\n"
+                        "    EXIT WHEN batches >= p_max_batches OR clock_timestamp() >= bf.deadline"
+                        " OR (bf.watch > 0 AND waiters >= bf.watch);\n"
+                        "  END LOOP;\n"
+                        "END $bf$");
     return bf__strbuf_take(&sb);
 }
 
@@ -399,7 +411,8 @@ static char *compile_call(size_t index)
     bf__strbuf_init(&sb);
     bf__strbuf_addf(&sb,
                     "CALL pg_temp.bf_loop_%zu($1, $2::bigint, $3, $4::text[], $5::integer,"
-                    " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL)",
+                    " $6::integer, $7::integer, $8::integer, $9::text[], NULL, NULL, NULL,"
+                    " $10::integer, $11::integer, NULL)",
                     index);
     return bf__strbuf_take(&sb);
 }

@@ -57,6 +57,16 @@ struct bf_worker {
      * so that a failed step's committed batches are reported too (worker_report_partial) */
     int64_t step_started_us;
     int64_t seen_batches, seen_rows, seen_touched;
+
+    /* throttling of the held claim (throttle.c): the adaptive batch size (0 until the first
+     * step), what the row's batch_size_current and throttle fields say (as this worker wrote
+     * them), when the signals were last checked and since when it waits (monotonic us) */
+    int size;
+    int size_written;
+    char throttle_signal[24];
+    char throttle_value[64];
+    int64_t checked_us;
+    int64_t throttled_us;
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -140,18 +150,20 @@ static const char claim_sql[] =
     "  error_class = CASE WHEN p.prev_owner IS NULL THEN b.error_class ELSE 'retryable' END,"
     "  error_detail = CASE WHEN p.prev_owner IS NULL THEN b.error_detail ELSE $6 END,"
     "  error_at = CASE WHEN p.prev_owner IS NULL THEN b.error_at ELSE clock_timestamp() END,"
+    "  throttle_signal = NULL, throttle_value = NULL, throttled_since = NULL,"
     "  updated_at = clock_timestamp()"
     "  FROM p WHERE b.id = p.id"
     "  RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
     "  p.prev_owner, b.attempts, p.exhausted, p.prev_state, b.batches_committed,"
-    "  coalesce(b.rows_covered, 0) AS rows_covered, b.rows_committed),"
+    "  coalesce(b.rows_covered, 0) AS rows_covered, b.rows_committed,"
+    "  b.batch_size_current),"
     " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority, prior_state,"
     "  result_state, generation, outcome)"
     "  SELECT $1, 'worker', $2, 'engine', u.prev_state, 'failed', u.generation, $6 FROM u"
     "  WHERE u.exhausted RETURNING 1)"
     " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
     " u.attempts, u.exhausted, CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text"
-    " END, u.batches_committed, u.rows_covered, u.rows_committed FROM u";
+    " END, u.batches_committed, u.rows_covered, u.rows_committed, u.batch_size_current FROM u";
 /* (a data-modifying WITH runs whether or not it is read) */
 
 /* Claim id. validating: the row was seen in validating, so the validation lock is taken first
@@ -216,6 +228,11 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     w->seen_batches = bf__field_i64(r, 0, 9);
     w->seen_rows = bf__field_i64(r, 0, 10);
     w->seen_touched = bf__field_i64(r, 0, 11);
+    /* a new owner starts at the size the last one used (clamped to the current configuration
+     * at its first step) */
+    w->size = w->size_written = bf__isnull(r, 0, 12) ? 0 : (int)bf__field_i64(r, 0, 12);
+    w->throttle_signal[0] = w->throttle_value[0] = '\0';
+    w->checked_us = w->throttled_us = 0;
     err = bf__key_field(e, w->bound, r, 0, 2);
     if (err == BF_OK)
         err = bf__key_field(e, w->checkpoint, r, 0, 4);
@@ -594,6 +611,7 @@ static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
  * the keys they passed and the rows they changed. */
 typedef struct loop_result {
     long batches, rows, touched;
+    long waiters; /* most sessions a batch blocked at its COMMIT (when watched), else 0 */
 } loop_result;
 
 /*
@@ -604,15 +622,18 @@ typedef struct loop_result {
  * statement_timeout bounds the whole CALL: step_ms plus one batch's statement_timeout_ms.
  */
 /* cp: BF_KEY_TEXT_MAX bytes */
-static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp)
+static bf_err batch_loop(bf_worker *w, int watch, loop_result *out, char *cp)
 {
     bf_engine *e = w->e;
     bf_err err = loop_ensure(e, w->index, w->c);
     if (err != BF_OK)
         return err;
     char gen[24], limit[16], lease[16], max[16], step_ms[16], raise[96], restore[96];
+    char size[16], watched[16];
     worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(limit, sizeof limit, w->c->def->batch_size);
+    worker_param_int(limit, sizeof limit, w->c->def->batch_size); /* the verdict's bound */
+    worker_param_int(size, sizeof size, w->size);                 /* the keyset's LIMIT */
+    worker_param_int(watched, sizeof watched, watch);
     worker_param_int(lease, sizeof lease, e->lease_ms);
     worker_param_int(max, sizeof max, e->step_batches);
     worker_param_int(step_ms, sizeof step_ms, e->step_ms);
@@ -622,11 +643,12 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp)
     bf__format(restore, sizeof restore, "SET statement_timeout = %d", e->statement_timeout_ms);
     const char *params[] = {w->id,    gen,     e->owner,
                             w->bound, limit,   lease,
-                            max,      step_ms, w->has_checkpoint ? w->checkpoint : NULL};
+                            max,      step_ms, w->has_checkpoint ? w->checkpoint : NULL,
+                            size,     watched};
     if (PQenterPipelineMode(e->conn) != 1)
         return bf__pg_error(e, NULL, "enter pipeline");
     bool sent = PQsendQueryParams(e->conn, raise, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, w->c->sql_call, 9, NULL, params, NULL, NULL, 0) == 1 &&
+                PQsendQueryParams(e->conn, w->c->sql_call, 11, NULL, params, NULL, NULL, 0) == 1 &&
                 PQpipelineSync(e->conn) == 1 &&
                 PQsendQueryParams(e->conn, restore, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
                 PQpipelineSync(e->conn) == 1;
@@ -647,7 +669,7 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp)
         PQclear(res);
         return err;
     }
-    /* checkpoint, batches, rows_covered, rows_touched; the checkpoint fits (the schema's
+    /* checkpoint, batches, rows_covered, rows_touched, waiters; the checkpoint fits (the schema's
      * checkpoint_text_length constraint refused the batch otherwise) */
     if (bf__key_field(e, cp, res, 0, 0) != BF_OK)
         err = bf__diag(e, BF_ERR_INTERNAL, "batch: a committed checkpoint does not fit");
@@ -658,19 +680,22 @@ static bf_err batch_loop(bf_worker *w, loop_result *out, char *cp)
     out->batches = (long)bf__field_i64(res, 0, 1);
     out->rows = (long)bf__field_i64(res, 0, 2);
     out->touched = (long)bf__field_i64(res, 0, 3);
+    out->waiters = (long)bf__field_i64(res, 0, 4);
     PQclear(res);
     return BF_OK;
 }
 
 /* The callback batch: keys into bf_batch, the definition's statements, the fence, COMMIT. */
-static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, char *detail,
+static bf_err batch_callback(bf_worker *w, int watch, loop_result *out, char *cp, char *detail,
                              size_t dcap)
 {
     bf_engine *e = w->e;
     const bf_compiled *c = w->c;
-    char limit[16];
-    worker_param_int(limit, sizeof limit, c->def->batch_size);
-    const char *kp[] = {w->bound, limit, w->has_checkpoint ? w->checkpoint : NULL};
+    long *rows = &out->rows, *touched = &out->touched;
+    char limit[16], size[16];
+    worker_param_int(limit, sizeof limit, c->def->batch_size); /* the fence's bound */
+    worker_param_int(size, sizeof size, w->size);              /* the keyset's LIMIT */
+    const char *kp[] = {w->bound, size, w->has_checkpoint ? w->checkpoint : NULL};
     PGresult *r = NULL;
     bf_err err = bf__begin(e, false);
     if (err != BF_OK)
@@ -692,6 +717,13 @@ static bf_err batch_callback(bf_worker *w, long *rows, long *touched, char *cp, 
     bf_txn txn;
     bf__txn_init(&txn, e, c->def->batch_size, *rows);
     err = bf__txn_verdict(&txn, c->def->mutate(&txn, c->def->arg), detail, dcap);
+    if (err == BF_OK && watch > 0) { /* sessions this batch blocks, before its COMMIT */
+        err = bf__exec(e, &r, "lock waiters", bf__throttle_blocked_sql, 0, NULL);
+        if (err == BF_OK)
+            out->waiters = (long)bf__field_i64(r, 0, 0);
+        PQclear(r);
+        r = NULL;
+    }
     if (err != BF_OK) {
         bf__rollback(e);
         return err;
@@ -867,20 +899,203 @@ static bf_log_level worker_rollback_level(const bf_worker *w)
     return w->e->cancelled ? BF_LOG_INFO : BF_LOG_WARN;
 }
 
+/* ---- throttling (throttle.c) ------------------------------------------------------------ */
+
+/*
+ * Write the throttle state (signal NULL: not throttled) and the adaptive batch size to the row
+ * and renew the claim, in one statement fenced like a renewal; skipped when nothing changed
+ * that is worth a write (the size by less than a tenth) unless renew is asked. Logs
+ * throttle.start and throttle.end when the signal changes. BF_ERR_STALE (claim dropped) when
+ * the claim is gone.
+ */
+static bf_err worker_observe(bf_worker *w, const char *signal, const char *value, bool renew)
+{
+    bf_engine *e = w->e;
+    signal = signal ? signal : "";
+    value = signal[0] && value ? value : "";
+    bool same_signal = strcmp(w->throttle_signal, signal) == 0;
+    bool same = same_signal && strcmp(w->throttle_value, value) == 0;
+    int diff = w->size - w->size_written;
+    bool size_same = w->size_written > 0 && (diff < 0 ? -diff : diff) * 10 < w->size_written;
+    if (same && size_same && !renew)
+        return BF_OK;
+    char gen[24], lease[16], size[16];
+    worker_param_int(gen, sizeof gen, w->generation);
+    worker_param_int(lease, sizeof lease, e->lease_ms);
+    worker_param_int(size, sizeof size, w->size);
+    const char *params[] = {
+        w->id, gen, e->owner, size, signal[0] ? signal : NULL, signal[0] ? value : NULL, lease};
+    PGresult *r = NULL;
+    bf_err err =
+        bf__exec(e, &r, "throttle state",
+                 "UPDATE buzz_backfill.backfill SET batch_size_current = $4::integer,"
+                 " throttled_since = CASE WHEN $5::text IS NULL THEN NULL"
+                 "  WHEN throttle_signal IS NOT DISTINCT FROM $5 THEN throttled_since"
+                 "  ELSE clock_timestamp() END,"
+                 " throttle_signal = $5, throttle_value = $6,"
+                 " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'"
+                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
+                 " AND claim_expires_at > clock_timestamp() AND state IN ('running', 'validating')"
+                 " RETURNING 1",
+                 7, params);
+    if (err != BF_OK)
+        return err;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n == 0) {
+        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
+        rec.reason = "lost";
+        bf__log_event(e, &rec, "lost claim on %s at generation %lld", w->id,
+                      (long long)w->generation);
+        worker_drop_claim(w);
+        return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
+    }
+    w->size_written = w->size;
+    if (!same_signal && w->throttle_signal[0]) {
+        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
+        rec.reason = w->throttle_signal;
+        rec.duration_us = bf__monotonic_us() - w->throttled_us;
+        bf__log_event(e, &rec, "%s: no longer throttled by %s", w->id, w->throttle_signal);
+    }
+    if (!same_signal && signal[0]) {
+        w->throttled_us = bf__monotonic_us();
+        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_START);
+        rec.reason = signal;
+        bf__log_event(e, &rec, "%s: throttled by %s: %s", w->id, signal, value);
+    }
+    bf__copy(w->throttle_signal, sizeof w->throttle_signal, signal);
+    bf__copy(w->throttle_value, sizeof w->throttle_value, value);
+    return BF_OK;
+}
+
+/* Wait ms holding the claim (renewed every third of the lease, with the throttle state) and no
+ * row lock; a stop ends the wait at once. BF_ERR_STALE when the claim was lost meanwhile. */
+static bf_err worker_throttle_wait(bf_worker *w, int64_t ms)
+{
+    int64_t until = bf__monotonic_us() + ms * 1000;
+    for (;;) {
+        int64_t left = (until - bf__monotonic_us()) / 1000;
+        if (left <= 0 || atomic_load(&w->stop))
+            return BF_OK;
+        int chunk = (int)(left < w->e->lease_ms / 3 ? left : w->e->lease_ms / 3);
+        struct pollfd pfd = {.fd = w->wake[0], .events = POLLIN};
+        (void)poll(&pfd, 1, chunk > 0 ? chunk : 1);
+        if (atomic_load(&w->stop) || bf__monotonic_us() >= until)
+            return BF_OK;
+        bf_err err = worker_observe(w, w->throttle_signal, w->throttle_value, true);
+        if (err != BF_OK)
+            return err;
+    }
+}
+
+/* Throttled: record signal and value, wait ms, report the step. */
+static bf_err step_throttled(bf_worker *w, const char *signal, const char *value, int64_t ms,
+                             bf_step_info *info)
+{
+    bf_err err = worker_observe(w, signal, value, false);
+    if (err == BF_OK)
+        err = worker_throttle_wait(w, ms);
+    if (err == BF_ERR_STALE && !w->has_claim)
+        return step_lost(w, info);
+    if (err != BF_OK)
+        return step_failed(w, err, "", info);
+    if (info->step == BF_STEP_IDLE)
+        info->step = BF_STEP_THROTTLED;
+    bf__format(info->detail, sizeof info->detail, "throttled by %s: %s (waited %lld ms)", signal,
+               value, (long long)ms);
+    return BF_OK;
+}
+
+/* Before a step's batches: the health signals, at most every check_ms. *tripped: the step
+ * waited instead of running batches. A signal no longer tripped clears the row's state. */
+static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_info *info,
+                          bool *tripped)
+{
+    *tripped = false;
+    bool any = cfg->replica_lag_bytes > 0 || cfg->lock_waiters > 0 || cfg->xact_age_s > 0 ||
+               cfg->xid_age_pct > 0 || cfg->custom_sql != NULL;
+    int64_t now = bf__monotonic_us();
+    if (any && now - w->checked_us < (int64_t)cfg->check_ms * 1000)
+        return BF_OK;
+    bf_throttle_verdict v = {0};
+    if (any) {
+        w->checked_us = now;
+        bf_err err = bf__throttle_check(w->e, w->c, cfg, &v);
+        if (err != BF_OK)
+            return step_failed(w, err, "", info);
+    }
+    if (v.signal != NULL) {
+        *tripped = true;
+        w->checked_us = 0; /* check again right after the wait */
+        return step_throttled(w, v.signal, v.value, v.wait_ms, info);
+    }
+    if (w->throttle_signal[0] && strcmp(w->throttle_signal, "rate") != 0) {
+        bf_err err = worker_observe(w, NULL, NULL, false);
+        if (err == BF_ERR_STALE && !w->has_claim)
+            return step_lost(w, info);
+        return err;
+    }
+    return BF_OK;
+}
+
+/* After a step's batches: the next adaptive size (halved when a batch blocked lock_waiters or
+ * more sessions), then the rows-per-second ceilings. */
+static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
+                                 const loop_result *done, int64_t elapsed_us, bf_step_info *info)
+{
+    int declared = w->c->def->batch_size;
+    w->size = bf_throttle_next_size(cfg, declared, w->size, done->batches, elapsed_us);
+    if (cfg->lock_waiters > 0 && done->waiters >= cfg->lock_waiters) {
+        w->size = bf_throttle_next_size(cfg, declared, w->size / 2 > 0 ? w->size / 2 : 1, 0, 0);
+        w->checked_us = 0;
+        char value[64];
+        bf__format(value, sizeof value, "%ld blocked by a batch (limit %d)", done->waiters,
+                   cfg->lock_waiters);
+        return step_throttled(w, "lock_waiters", value, cfg->wait_ms, info);
+    }
+    double rate = 0;
+    int64_t wait_us =
+        bf__throttle_pass(w->e->throttle, w->id, cfg->max_rows_per_second, done->rows, &rate);
+    if (wait_us > 1000) {
+        char value[64];
+        bf__format(value, sizeof value, "%.0f rows/s", rate);
+        return step_throttled(w, "rate", value, wait_us / 1000, info);
+    }
+    bool rate_ended = strcmp(w->throttle_signal, "rate") == 0;
+    bf_err err = worker_observe(w, rate_ended ? NULL : w->throttle_signal,
+                                rate_ended ? NULL : w->throttle_value, false);
+    if (err == BF_ERR_STALE && !w->has_claim)
+        return step_lost(w, info);
+    return err;
+}
+
 static bf_err step_running(bf_worker *w, bf_step_info *info)
 {
     bool blocked = false;
     bf_err err = step_prerequisite(w, info, &blocked);
     if (err != BF_OK || blocked)
         return err;
+    bf_throttle *t = w->e->throttle;
+    bf_throttle_config cfg;
+    char custom[4096];
+    bf_throttle_get(t, w->id, &cfg, custom, sizeof custom);
+    int declared = w->c->def->batch_size;
+    w->size = bf_throttle_next_size(&cfg, declared, w->size > 0 ? w->size : declared, 0, 0);
+    if (t != NULL) {
+        bool tripped = false;
+        err = step_health(w, &cfg, info, &tripped);
+        if (err != BF_OK || tripped || !w->has_claim)
+            return err;
+    }
     loop_result done = {0};
     char cp[BF_KEY_TEXT_MAX] = "", detail[BF_DIAG_MAX] = "";
+    int64_t started_us = bf__monotonic_us();
     if (!w->bound_empty) {
         if (w->c->def->mutate != NULL) {
-            err = batch_callback(w, &done.rows, &done.touched, cp, detail, sizeof detail);
+            err = batch_callback(w, cfg.lock_waiters, &done, cp, detail, sizeof detail);
             done.batches = done.rows > 0;
         } else {
-            err = batch_loop(w, &done, cp);
+            err = batch_loop(w, cfg.lock_waiters, &done, cp);
         }
         if (err != BF_OK) {
             /* the batch in flight rolled back (the reason is taken before the progress read) */
@@ -912,8 +1127,11 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     info->batches = done.batches;
     info->rows = done.rows;
     info->touched = done.touched;
+    info->batch_size = w->size;
     bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
-    return BF_OK;
+    if (t == NULL)
+        return BF_OK;
+    return step_after_batches(w, &cfg, &done, bf__monotonic_us() - started_us, info);
 }
 
 static bf_err renew_gate(void *arg)

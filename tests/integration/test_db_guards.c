@@ -337,6 +337,27 @@ static const guard_case guards[] = {
     CHECK_CASE("backfill", "checkpoint_text_length",
                .refused = {SET_ROW("checkpoint = ARRAY[repeat('9', 510)]", ID_RUNNING)},
                .legal = SET_ROW("checkpoint = ARRAY[repeat('9', 509)]", ID_RUNNING)),
+    /* throttling state (schema version 6): an adaptive batch size is at least one key */
+    CHECK_CASE("backfill", "batch_size_current_positive",
+               .refused = {SET_ROW("batch_size_current = 0", ID_RUNNING)},
+               .legal = SET_ROW("batch_size_current = 1", ID_RUNNING)),
+    /* throttle_signal_length, throttle_value_length: bounded like every stored text */
+    CHECK_CASE("backfill", "throttle_signal_length",
+               .refused = {SET_ROW("throttle_signal = repeat('s', 24),"
+                                   " throttled_since = clock_timestamp()",
+                                   ID_RUNNING)},
+               .legal = SET_ROW("throttle_signal = repeat('s', 23),"
+                                " throttled_since = clock_timestamp()",
+                                ID_RUNNING)),
+    CHECK_CASE("backfill", "throttle_value_length",
+               .refused = {SET_ROW("throttle_value = repeat('v', 64)", ID_RUNNING)},
+               .legal = SET_ROW("throttle_value = repeat('v', 63)", ID_RUNNING)),
+    /* throttle_since: a throttle signal and its start come together */
+    CHECK_CASE("backfill", "throttle_since",
+               .refused = {SET_ROW("throttle_signal = 'rate'", ID_RUNNING),
+                           SET_ROW("throttled_since = clock_timestamp()", ID_RUNNING)},
+               .legal = SET_ROW("throttle_signal = 'rate', throttled_since = clock_timestamp()",
+                                ID_RUNNING)),
 
     /* ---- audit: appended rows, text bounded ---- */
     /* audit_backfill_id_check: at most 80 bytes (the row's own backfill_id, not ID_RUNNING) */

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 5   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 6   /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -53,6 +53,9 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
  *   backfill completed) or an explicit one; duration_us: the pass.
  * - action.applied / action.rejected: reason is the action ("start", "pause", "resume",
  *   "retry"), the message says why a request was rejected.
+ * - throttle.start / throttle.end: a worker began / stopped waiting on a health signal or a
+ *   rows-per-second ceiling; reason is the signal ("replica_lag", "lock_waiters", "xact_age",
+ *   "xid_age", "custom", "rate"); throttle.end's duration_us is the time it spent throttled.
  * Server events (appended after the engine's) are the daemon's own.
  */
 #define BF_EVENT_LIST(X)                                                                           \
@@ -89,7 +92,9 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(CONN_REFUSED, "conn.refused")             /* connection caps (rate-limited lines) */         \
     X(CONN_DROPPED, "conn.dropped")             /* a connection closed by the transport */         \
     X(WORKER_RESTART, "worker.restart")         /* a worker loop ended with an error */            \
-    X(DB_UNAVAILABLE, "db.unavailable")         /* startup cannot reach the database yet */
+    X(DB_UNAVAILABLE, "db.unavailable")         /* startup cannot reach the database yet */        \
+    X(THROTTLE_START, "throttle.start")         /* a worker waits: reason is the signal */         \
+    X(THROTTLE_END, "throttle.end")             /* it resumed; duration_us: how long it waited */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -145,6 +150,9 @@ typedef struct bf_config {
     int step_batches;         /* batches one worker step may commit; default 1000 */
     bf_log_fn log;            /* optional */
     void *log_arg;
+    struct bf_throttle *throttle; /* optional: health throttling and adaptive batch size, shared
+                                     by the engines of a process (NULL: fixed batch size, no
+                                     signals, no ceiling); must outlive the engine */
 } bf_config;
 
 /*
@@ -239,6 +247,16 @@ typedef struct bf_backfill {
     int64_t batches_committed; /* committed batches */
     bool has_source_estimate;  /* planner estimate of the source size at start: an estimate */
     int64_t source_estimate;
+
+    /* throttling (docs/throttling.md): the batch size the last worker used, and while it was
+     * throttled the signal ("replica_lag", "lock_waiters", "xact_age", "xid_age", "custom",
+     * "rate"), its value as text and since when; throttle_signal "" when not throttled */
+    bool has_batch_size_current;
+    int batch_size_current;
+    char throttle_signal[24];
+    char throttle_value[64];
+    bool has_throttled_since;
+    int64_t throttled_since;
 
     int64_t registered_at, updated_at;
     bool has_started_at, has_last_progress_at, has_completed_at;
@@ -387,6 +405,57 @@ bf_err bf_readiness_read(bf_engine *engine, bf_gate_entry *ids, int max, int *ga
  */
 bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
 
+/* ---- throttling (docs/throttling.md) ---------------------------------------------------- */
+
+/*
+ * How a definition's batches yield to the relay's own load. Every field is optional: 0 (NULL)
+ * turns its part off. Signals are checked between worker steps, at most every check_ms, in one
+ * round trip; lock_waiters is also checked inside every batch before its COMMIT (sessions that
+ * batch blocks). A signal trips when its value reaches the threshold; the worker then waits
+ * wait_ms holding its claim (renewed) but no row lock, checks again, and resumes on its own.
+ */
+typedef struct bf_throttle_config {
+    int batch_target_ms; /* adaptive batch size: aim at batches of this duration (0: off, every
+                            batch has the definition's batch_size) */
+    int batch_min;       /* smallest adaptive size (0: batch_size / 100, at least 1) */
+    int batch_max;       /* largest adaptive size (0: batch_size; never above batch_size, the
+                            declared bound, which the engine still enforces) */
+    double max_rows_per_second; /* keys this process passes per second for the definition */
+    int64_t replica_lag_bytes;  /* slowest streaming replica's replay behind the primary's WAL */
+    int lock_waiters;           /* sessions waiting on the target table or on a batch's locks */
+    int xact_age_s;             /* the oldest open transaction (not the engine's), seconds */
+    int xid_age_pct;            /* age(datfrozenxid) as a percentage of the 2^31 wraparound
+                                   horizon */
+    const char *custom_sql;     /* one row, one column: boolean (true trips) or a number of
+                                   milliseconds to wait (> 0 trips); an error trips too */
+    int check_ms;               /* signals checked at most this often; 0: 1000 */
+    int wait_ms;                /* a tripped signal's wait before the next check; 0: 1000 */
+} bf_throttle_config;
+
+typedef struct bf_throttle bf_throttle;
+
+/* The throttle shared by the engines (workers) of one process; thread-safe. Starts with the
+ * all-zero configuration (nothing throttled, fixed batch sizes). */
+bf_err bf_throttle_new(bf_throttle **out);
+void bf_throttle_free(bf_throttle *throttle); /* NULL is a no-op */
+/* Replace the configuration wholesale: def for every definition, overrides[i] for
+ * override_ids[i] (n of them; each field of an override that is 0 takes def's value), and a
+ * ceiling of keys per second over all definitions of this process (0: none). Strings are
+ * copied. Workers see it from their next step. BF_ERR_INVALID_ARGUMENT (nothing changed, diag
+ * says why) for a negative value, batch_min above batch_max or an invalid stable ID. */
+bf_err bf_throttle_configure(bf_throttle *throttle, const bf_throttle_config *def,
+                             const char *const *override_ids, const bf_throttle_config *overrides,
+                             size_t n, double daemon_rows_per_second, char *diag, size_t diag_len);
+/* The effective configuration of id (custom_sql copied into sql, sql_len bytes, or cut). */
+void bf_throttle_get(bf_throttle *throttle, const char *id, bf_throttle_config *out, char *sql,
+                     size_t sql_len);
+
+/* The next adaptive batch size after a step ran batches batches of size size in elapsed_us:
+ * toward batch_target_ms, by at most a factor 2 per step, within [min, max] of cfg and never
+ * above declared (the definition's batch_size). Pure; exposed for tests. */
+int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size, long batches,
+                          int64_t elapsed_us);
+
 /* ---- workers --------------------------------------------------------------------------- */
 
 typedef enum bf_step {
@@ -400,6 +469,9 @@ typedef enum bf_step {
     BF_STEP_FAILED = 5,     /* entered failed, claim released */
     BF_STEP_BLOCKED = 6,    /* entered blocked, claim released */
     BF_STEP_LOST = 7,       /* fenced out by a pause or takeover; nothing committed */
+    BF_STEP_THROTTLED = 8,  /* a health signal or a rows-per-second ceiling made the worker wait,
+                               holding its claim (renewed) but no row lock; the signal, its
+                               value and the wait in detail and in the row's throttle fields */
 } bf_step;
 
 const char *bf_step_name(bf_step step);
@@ -413,6 +485,7 @@ typedef struct bf_step_info {
     long touched; /* rows their mutations changed */
     char checkpoint[BF_KEY_TEXT_MAX];
     char detail[BF_DIAG_MAX];
+    long batch_size; /* the batch size the step used (adaptive sizing), 0 when none ran */
 } bf_step_info;
 
 /* Observers at production seams (logging, metrics, tests). Each may be NULL. They run on the

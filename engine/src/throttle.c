@@ -1,0 +1,398 @@
+/*
+ * throttle.c - database-health throttling and adaptive batch size (engine.h "throttling",
+ * docs/throttling.md): the configuration shared by a process's engines, its rows-per-second
+ * ceilings, the health-signal check a worker runs between steps, and the batch size rule.
+ *
+ * Design notes
+ *
+ * Throttling is configuration and observed state, never a lifecycle transition: a throttled
+ * worker keeps its claim (renewing it) and holds no row lock while it waits, and what it waits
+ * for is written to the row's throttle fields (worker.c), not to the audit.
+ *
+ * One configuration object per process, replaced wholesale by bf_throttle_configure() (a
+ * daemon's SIGHUP reload) under a mutex; workers copy their definition's effective entry at the
+ * start of each step, so a reload takes effect at the next step and never tears a step.
+ *
+ * Ceilings are per process (per daemon): a definition's max_rows_per_second and the daemon's
+ * overall one. Each is a schedule of "the time from which the next key may pass": a step that
+ * passed n keys moves it by n / rate seconds, and the worker waits until both schedules allow
+ * it. Several workers share the schedules, so the ceiling holds over all of them. A ceiling
+ * across daemons would need shared state in PostgreSQL; docs/throttling.md says to divide.
+ *
+ * The signal check is one statement with a column per enabled signal (the disabled ones are
+ * not even queried); values come from PostgreSQL's statistics views, so the database role needs
+ * pg_monitor (or pg_read_all_stats) for other sessions' transactions and the replicas' replay
+ * positions; without it they read as unknown and never trip (docs/throttling.md).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "strbuf.h"
+
+typedef struct throttle_entry {
+    char id[BF_ID_MAX + 1];
+    bf_throttle_config cfg; /* custom_sql points into sql */
+    char *sql;
+    int64_t next_us; /* the definition's ceiling: when its next key may pass */
+} throttle_entry;
+
+struct bf_throttle {
+    pthread_mutex_t mtx;
+    throttle_entry def; /* id "" */
+    throttle_entry *over;
+    size_t n_over;
+    double daemon_rate;
+    int64_t daemon_next_us;
+    throttle_entry *rates; /* ceilings' schedules by id (kept across reloads) */
+    size_t n_rates, cap_rates;
+};
+
+bf_err bf_throttle_new(bf_throttle **out)
+{
+    if (out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_throttle *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return BF_ERR_NOMEM;
+    pthread_mutex_init(&t->mtx, NULL);
+    *out = t;
+    return BF_OK;
+}
+
+static void throttle_entries_free(throttle_entry *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].sql);
+    free(v);
+}
+
+void bf_throttle_free(bf_throttle *t)
+{
+    if (t == NULL)
+        return;
+    free(t->def.sql);
+    throttle_entries_free(t->over, t->n_over);
+    free(t->rates);
+    pthread_mutex_destroy(&t->mtx);
+    free(t);
+}
+
+static bf_err throttle_check_config(const bf_throttle_config *c, const char *who, char *diag,
+                                    size_t len)
+{
+    if (c->batch_target_ms < 0 || c->batch_min < 0 || c->batch_max < 0 ||
+        c->max_rows_per_second < 0 || !isfinite(c->max_rows_per_second) ||
+        c->replica_lag_bytes < 0 || c->lock_waiters < 0 || c->xact_age_s < 0 ||
+        c->xid_age_pct < 0 || c->xid_age_pct > 100 || c->check_ms < 0 || c->wait_ms < 0)
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: throttle values must not be negative (xid_age_pct at most 100)",
+                           who);
+    if (c->batch_min > 0 && c->batch_max > 0 && c->batch_min > c->batch_max)
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: batch_min %d is above batch_max %d", who, c->batch_min,
+                           c->batch_max);
+    if (c->custom_sql != NULL && strlen(c->custom_sql) > 4000)
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: the custom throttle query is longer than 4000 bytes", who);
+    return BF_OK;
+}
+
+/* Copy src into dst, owning a copy of its custom query. */
+static bf_err throttle_entry_set(throttle_entry *dst, const char *id, const bf_throttle_config *src)
+{
+    memset(dst, 0, sizeof *dst);
+    bf__copy(dst->id, sizeof dst->id, id);
+    dst->cfg = *src;
+    dst->cfg.custom_sql = NULL;
+    if (src->custom_sql != NULL && src->custom_sql[0] != '\0') {
+        dst->sql = strdup(src->custom_sql);
+        if (dst->sql == NULL)
+            return BF_ERR_NOMEM;
+        dst->cfg.custom_sql = dst->sql;
+    }
+    return BF_OK;
+}
+
+bf_err bf_throttle_configure(bf_throttle *t, const bf_throttle_config *def,
+                             const char *const *override_ids, const bf_throttle_config *overrides,
+                             size_t n, double daemon_rows_per_second, char *diag, size_t diag_len)
+{
+    static const bf_throttle_config none;
+    if (t == NULL || (n > 0 && (override_ids == NULL || overrides == NULL)))
+        return BF_ERR_INVALID_ARGUMENT;
+    if (def == NULL)
+        def = &none;
+    bf_err err = throttle_check_config(def, "throttle", diag, diag_len);
+    for (size_t i = 0; i < n && err == BF_OK; i++) {
+        if (!bf_id_valid(override_ids[i]))
+            return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                               "throttle override: invalid stable id");
+        err = throttle_check_config(&overrides[i], override_ids[i], diag, diag_len);
+    }
+    if (err == BF_OK && (daemon_rows_per_second < 0 || !isfinite(daemon_rows_per_second)))
+        err = bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                          "max_rows_per_second must not be negative");
+    if (err != BF_OK)
+        return err;
+    throttle_entry fresh_def;
+    throttle_entry *fresh = n ? calloc(n, sizeof *fresh) : NULL;
+    if (n && fresh == NULL)
+        return BF_ERR_NOMEM;
+    err = throttle_entry_set(&fresh_def, "", def);
+    for (size_t i = 0; i < n && err == BF_OK; i++)
+        err = throttle_entry_set(&fresh[i], override_ids[i], &overrides[i]);
+    if (err != BF_OK) {
+        free(fresh_def.sql);
+        throttle_entries_free(fresh, n);
+        return err;
+    }
+    pthread_mutex_lock(&t->mtx);
+    throttle_entry old_def = t->def;
+    throttle_entry *old = t->over;
+    size_t old_n = t->n_over;
+    t->def = fresh_def;
+    t->over = fresh;
+    t->n_over = n;
+    t->daemon_rate = daemon_rows_per_second;
+    pthread_mutex_unlock(&t->mtx);
+    free(old_def.sql);
+    throttle_entries_free(old, old_n);
+    return BF_OK;
+}
+
+/* Each field of o that is 0 takes d's value. */
+static bf_throttle_config throttle_merge(const bf_throttle_config *d, const bf_throttle_config *o)
+{
+    bf_throttle_config m = *o;
+#define TAKE(f)                                                                                    \
+    if (!m.f)                                                                                      \
+    m.f = d->f
+    TAKE(batch_target_ms);
+    TAKE(batch_min);
+    TAKE(batch_max);
+    TAKE(max_rows_per_second);
+    TAKE(replica_lag_bytes);
+    TAKE(lock_waiters);
+    TAKE(xact_age_s);
+    TAKE(xid_age_pct);
+    TAKE(custom_sql);
+    TAKE(check_ms);
+    TAKE(wait_ms);
+#undef TAKE
+    return m;
+}
+
+void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, char *sql,
+                     size_t sql_len)
+{
+    memset(out, 0, sizeof *out);
+    if (sql_len > 0)
+        sql[0] = '\0';
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&t->mtx);
+    bf_throttle_config c = t->def.cfg;
+    for (size_t i = 0; id != NULL && i < t->n_over; i++)
+        if (strcmp(t->over[i].id, id) == 0)
+            c = throttle_merge(&t->def.cfg, &t->over[i].cfg);
+    if (c.custom_sql != NULL && sql_len > 0)
+        bf__copy(sql, sql_len, c.custom_sql);
+    pthread_mutex_unlock(&t->mtx);
+    c.custom_sql = sql_len > 0 && sql[0] ? sql : NULL;
+    if (c.check_ms == 0)
+        c.check_ms = 1000;
+    if (c.wait_ms == 0)
+        c.wait_ms = 1000;
+    *out = c;
+}
+
+int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size, long batches,
+                          int64_t elapsed_us)
+{
+    int max = cfg->batch_max > 0 && cfg->batch_max < declared ? cfg->batch_max : declared;
+    int min = cfg->batch_min > 0 ? cfg->batch_min : declared / 100;
+    if (min < 1)
+        min = 1;
+    if (min > max)
+        min = max;
+    if (size < min || size > max)
+        size = size < min ? min : max;
+    if (cfg->batch_target_ms <= 0)
+        return declared;
+    if (batches <= 0 || elapsed_us <= 0)
+        return size;
+    /* the time per key is about constant over a few steps: aim at target / that, by at most a
+     * factor 2 either way per step (a step's own noise cannot swing it further) */
+    double per_batch_us = (double)elapsed_us / (double)batches;
+    double ratio = (double)cfg->batch_target_ms * 1000.0 / per_batch_us;
+    if (ratio > 2.0)
+        ratio = 2.0;
+    if (ratio < 0.5)
+        ratio = 0.5;
+    double next = (double)size * ratio;
+    if (next > max)
+        next = max;
+    if (next < min)
+        next = min;
+    return (int)(next + 0.5);
+}
+
+/* The schedule of id's ceiling (created on first use; NULL without memory). Locked. */
+static int64_t *throttle_schedule(bf_throttle *t, const char *id)
+{
+    for (size_t i = 0; i < t->n_rates; i++)
+        if (strcmp(t->rates[i].id, id) == 0)
+            return &t->rates[i].next_us;
+    if (t->n_rates == t->cap_rates) {
+        size_t cap = t->cap_rates ? t->cap_rates * 2 : 8;
+        throttle_entry *v = realloc(t->rates, cap * sizeof *v);
+        if (v == NULL)
+            return NULL;
+        t->rates = v;
+        t->cap_rates = cap;
+    }
+    throttle_entry *e = &t->rates[t->n_rates++];
+    memset(e, 0, sizeof *e);
+    bf__copy(e->id, sizeof e->id, id);
+    return &e->next_us;
+}
+
+/* Move a schedule by keys at rate from now; the wait until it allows the next key. */
+static int64_t throttle_advance(int64_t *next_us, double rate, long keys, int64_t now_us)
+{
+    if (rate <= 0 || next_us == NULL)
+        return 0;
+    if (*next_us < now_us)
+        *next_us = now_us;
+    *next_us += (int64_t)((double)keys * 1e6 / rate);
+    return *next_us - now_us;
+}
+
+int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long keys,
+                          double *rate_out)
+{
+    *rate_out = 0;
+    if (t == NULL || keys <= 0)
+        return 0;
+    int64_t now = bf__monotonic_us();
+    pthread_mutex_lock(&t->mtx);
+    int64_t wait_def = throttle_advance(throttle_schedule(t, id), def_rate, keys, now);
+    int64_t wait_all = throttle_advance(&t->daemon_next_us, t->daemon_rate, keys, now);
+    double rate = wait_def >= wait_all ? def_rate : t->daemon_rate;
+    pthread_mutex_unlock(&t->mtx);
+    *rate_out = rate;
+    return wait_def > wait_all ? wait_def : wait_all;
+}
+
+/* ---- the health check ---------------------------------------------------------------------- */
+
+/* Sessions blocked by this session's locks; the batch loop and the callback batch run it
+ * before COMMIT when lock_waiters is set. */
+const char bf__throttle_blocked_sql[] =
+    "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock'"
+    " AND pg_backend_pid() = ANY (pg_blocking_pids(a.pid))";
+
+bf_err bf__throttle_check(bf_engine *e, const bf_compiled *c, const bf_throttle_config *cfg,
+                          bf_throttle_verdict *out)
+{
+    memset(out, 0, sizeof *out);
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT NULL::text");
+    /* each enabled signal: a value that is NULL when unknown (no replica, no permission) */
+    if (cfg->replica_lag_bytes > 0)
+        bf__strbuf_add(&sb, ", (SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))"
+                            "::bigint FROM pg_stat_replication WHERE NOT pg_is_in_recovery()"
+                            " AND state = 'streaming')");
+    else
+        bf__strbuf_add(&sb, ", NULL::bigint");
+    if (cfg->lock_waiters > 0)
+        bf__strbuf_addf(&sb,
+                        ", (SELECT count(*) FROM pg_stat_activity a"
+                        " WHERE a.wait_event_type = 'Lock' AND a.pid <> pg_backend_pid()"
+                        " AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid"
+                        " AND l.relation = to_regclass('%s')))",
+                        c->def->table); /* lower-case identifiers only (registry.c) */
+    else
+        bf__strbuf_add(&sb, ", NULL::bigint");
+    if (cfg->xact_age_s > 0)
+        bf__strbuf_add(&sb, ", (SELECT floor(extract(epoch FROM clock_timestamp() -"
+                            " min(xact_start)))::bigint FROM pg_stat_activity"
+                            " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+                            " AND backend_type = 'client backend'"
+                            " AND application_name NOT LIKE 'buzz-backfill %')");
+    else
+        bf__strbuf_add(&sb, ", NULL::bigint");
+    if (cfg->xid_age_pct > 0)
+        bf__strbuf_add(&sb, ", (SELECT floor(age(datfrozenxid) * 100.0 / 2147483648)::bigint"
+                            " FROM pg_database WHERE datname = current_database())");
+    else
+        bf__strbuf_add(&sb, ", NULL::bigint");
+    char *sql = bf__strbuf_take(&sb);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "throttle check", sql, 0, NULL);
+    free(sql);
+    if (err != BF_OK)
+        return err;
+    int64_t v[4];
+    bool known[4];
+    for (int i = 0; i < 4; i++) {
+        known[i] = !bf__isnull(r, 0, i + 1);
+        v[i] = known[i] ? bf__field_i64(r, 0, i + 1) : 0;
+    }
+    PQclear(r);
+    out->wait_ms = cfg->wait_ms;
+    if (known[0] && v[0] >= cfg->replica_lag_bytes) {
+        out->signal = "replica_lag";
+        bf__format(out->value, sizeof out->value, "%lld bytes (limit %lld)", (long long)v[0],
+                   (long long)cfg->replica_lag_bytes);
+    } else if (known[1] && v[1] >= cfg->lock_waiters) {
+        out->signal = "lock_waiters";
+        bf__format(out->value, sizeof out->value, "%lld waiting (limit %d)", (long long)v[1],
+                   cfg->lock_waiters);
+    } else if (known[2] && v[2] >= cfg->xact_age_s) {
+        out->signal = "xact_age";
+        bf__format(out->value, sizeof out->value, "%lld s (limit %d s)", (long long)v[2],
+                   cfg->xact_age_s);
+    } else if (known[3] && v[3] >= cfg->xid_age_pct) {
+        out->signal = "xid_age";
+        bf__format(out->value, sizeof out->value, "%lld%% (limit %d%%)", (long long)v[3],
+                   cfg->xid_age_pct);
+    }
+    if (out->signal != NULL || cfg->custom_sql == NULL)
+        return BF_OK;
+    /* the operator's own query: true or a positive number of milliseconds trips it; an error
+     * trips it too (a health signal that cannot be read is not healthy), with its SQLSTATE */
+    err = bf__exec(e, &r, "custom throttle query", cfg->custom_sql, 0, NULL);
+    if (err != BF_OK) {
+        if (err == BF_ERR_UNAVAILABLE || e->conn == NULL)
+            return err;
+        out->signal = "custom";
+        bf__format(out->value, sizeof out->value, "query failed (%s)",
+                   e->sqlstate[0] ? e->sqlstate : "?");
+        return BF_OK;
+    }
+    if (PQntuples(r) >= 1 && PQnfields(r) >= 1 && !bf__isnull(r, 0, 0)) {
+        const char *s = bf__field(r, 0, 0);
+        if (strcmp(s, "t") == 0 || strcmp(s, "true") == 0) {
+            out->signal = "custom";
+            bf__copy(out->value, sizeof out->value, "true");
+        } else {
+            char *end = NULL;
+            double ms = strtod(s, &end);
+            if (end != s && *end == '\0' && ms > 0) {
+                out->signal = "custom";
+                out->wait_ms = ms > 600000 ? 600000 : (int)ms;
+                bf__format(out->value, sizeof out->value, "wait %d ms", out->wait_ms);
+            }
+        }
+    }
+    PQclear(r);
+    return BF_OK;
+}
