@@ -12,7 +12,7 @@ MARKER=".buzz-pg-cluster"
 usage()
 {
     cat <<USAGE
-Usage: $PROG start|stop|url|status|crash-restart|psql [psql args...]
+Usage: $PROG start|stop|url|status|crash-restart|standby-start|standby-stop|psql [psql args...]
 
 Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
 (trust auth, user "postgres", 127.0.0.1 only, durability switched off).
@@ -25,6 +25,12 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
   crash-restart
            immediate shutdown (a crash: every session dropped, crash recovery)
            and start again on the same port (tests/robustness)
+  standby-start
+           a streaming replica of the running cluster (pg_basebackup, hot
+           standby, on another free port); prints its libpq URL; succeeds at
+           once if it already runs (tests of replica-lag throttling)
+  standby-stop
+           stop the replica and delete it (stop does this too)
   psql     run psql against the cluster with the remaining arguments
 
 State dir: <repo>/.pg/ for normal users; as root a mktemp dir under /tmp run
@@ -77,7 +83,7 @@ find_bindir()
         die "PostgreSQL 15 server binaries not found (run scripts/deps.sh)"
     fi
     local b
-    for b in initdb pg_ctl pg_isready psql postgres; do
+    for b in initdb pg_ctl pg_isready psql postgres pg_basebackup; do
         [[ -x "$BINDIR/$b" ]] || die "missing $BINDIR/$b (run scripts/deps.sh)"
     done
 }
@@ -390,6 +396,7 @@ cmd_stop()
         rm -f "$STATE_FILE"
         return 0
     fi
+    standby_stop
     if is_running; then
         if ! as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t 60 >/dev/null &&
             postmaster_alive; then
@@ -420,6 +427,65 @@ cmd_crash_restart()
     as_owner "$BINDIR/pg_ctl" restart -D "$DATA" -m immediate -w -t 60 -l "$LOG" >/dev/null ||
         die "restart failed (log: $LOG)"
     echo "$PROG: restarted after an immediate shutdown"
+}
+
+# ---- the streaming replica ---------------------------------------------------------------------
+
+standby_paths()
+{
+    SDATA="$STATE/standby"
+    SLOG="$STATE/standby.log"
+}
+
+standby_running()
+{
+    [[ -f "$SDATA/PG_VERSION" ]] && as_owner "$BINDIR/pg_ctl" status -D "$SDATA" >/dev/null 2>&1
+}
+
+cmd_standby_start()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    standby_paths
+    local primary sport
+    primary="$(current_port)" || die "cannot determine the port"
+    if standby_running; then
+        url_for_port "$(sed -n 4p "$SDATA/postmaster.pid")"
+        return 0
+    fi
+    as_owner rm -rf "$SDATA"
+    as_owner "$BINDIR/pg_basebackup" -D "$SDATA" -h 127.0.0.1 -p "$primary" -U postgres -R \
+        -X stream -c fast >"$STATE/basebackup.log" 2>&1 || {
+        cat "$STATE/basebackup.log" >&2
+        die "pg_basebackup failed"
+    }
+    sport="$(pick_port "" "$primary")" || die "no free port for the standby"
+    printf 'port = %s\nunix_socket_directories = %s\nhot_standby = on\n' "$sport" \
+        "$(conf_quote "$SOCK")" | as_owner tee "$SDATA/buzz_runtime.conf" >/dev/null
+    as_owner "$BINDIR/pg_ctl" start -D "$SDATA" -l "$SLOG" -w -t 60 >/dev/null ||
+        die "standby start failed (log: $SLOG)"
+    wait_ready "$sport" || die "standby not accepting connections (log: $SLOG)"
+    url_for_port "$sport"
+}
+
+standby_stop()
+{
+    standby_paths
+    if standby_running; then
+        as_owner "$BINDIR/pg_ctl" stop -D "$SDATA" -m immediate -w -t 30 >/dev/null || true
+    fi
+    [[ -d "$SDATA" ]] && as_owner rm -rf "$SDATA"
+    return 0
+}
+
+cmd_standby_stop()
+{
+    take_lock
+    resolve_state
+    [[ -n "$STATE" ]] || return 0
+    standby_stop
+    echo "$PROG: standby stopped"
 }
 
 cmd_url()
@@ -462,6 +528,9 @@ main()
     start | stop | url | status | psql) ;;
     crash-restart)
         cmd="crash_restart"
+        ;;
+    standby-start | standby-stop)
+        cmd="${cmd/-/_}"
         ;;
     "")
         usage >&2

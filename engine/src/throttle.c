@@ -221,10 +221,11 @@ int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size,
         min = max;
     if (size < min || size > max)
         size = size < min ? min : max;
-    if (cfg->batch_target_ms <= 0)
-        return declared;
     if (batches <= 0 || elapsed_us <= 0)
         return size;
+    if (cfg->batch_target_ms <= 0) /* no target: back to the declared size, doubling a step
+                                      (after a lock_waiters halving) */
+        return size > max / 2 ? max : size * 2;
     /* the time per key is about constant over a few steps: aim at target / that, by at most a
      * factor 2 either way per step (a step's own noise cannot swing it further) */
     double per_batch_us = (double)elapsed_us / (double)batches;

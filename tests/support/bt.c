@@ -153,10 +153,16 @@ static void bt_log(void *arg, const bf_log_record *rec)
 }
 
 static int step_batches = 1;
+static bf_throttle *throttle;
 
 void bt_set_step_batches(int n)
 {
     step_batches = n;
+}
+
+void bt_set_throttle(bf_throttle *t)
+{
+    throttle = t;
 }
 
 bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
@@ -167,6 +173,7 @@ bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
                      .statement_timeout_ms = 20000,
                      .lock_timeout_ms = 20000,
                      .step_batches = step_batches,
+                     .throttle = throttle,
                      .log = getenv("BT_QUIET") ? NULL : bt_log};
     bf_engine *e = NULL;
     bf_err err = bf_engine_open(&e, &cfg, reg);
@@ -354,6 +361,7 @@ bf_engine *bt_engine_timeouts(const bf_registry *reg, const char *owner, int lea
                      .statement_timeout_ms = statement_timeout_ms,
                      .lock_timeout_ms = lock_timeout_ms,
                      .step_batches = step_batches,
+                     .throttle = throttle,
                      .log = getenv("BT_QUIET") ? NULL : bt_log};
     bf_engine *e = NULL;
     bf_err err = bf_engine_open(&e, &cfg, reg);

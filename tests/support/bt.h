@@ -41,6 +41,8 @@ bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms);
  * of a declarative definition; 0 restores the engine's production default. */
 void bt_set_step_batches(int n);
 bf_registry *bt_registry(const bf_definition *const *defs, size_t n);
+/* The throttle (bf_config.throttle) of the engines made from now on; NULL (the default): none. */
+void bt_set_throttle(bf_throttle *t);
 
 /* Demo-style source tables. */
 void bt_make_items(PGconn *c, const char *table, long rows); /* id bigint PK, val int, fixed int */

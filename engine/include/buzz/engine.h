@@ -452,7 +452,9 @@ void bf_throttle_get(bf_throttle *throttle, const char *id, bf_throttle_config *
 
 /* The next adaptive batch size after a step ran batches batches of size size in elapsed_us:
  * toward batch_target_ms, by at most a factor 2 per step, within [min, max] of cfg and never
- * above declared (the definition's batch_size). Pure; exposed for tests. */
+ * above declared (the definition's batch_size); without a target, twice size up to max (a size
+ * halved for lock waiters grows back). With no batches measured, size within [min, max]. Pure;
+ * exposed for tests. */
 int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size, long batches,
                           int64_t elapsed_us);
 

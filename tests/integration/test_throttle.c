@@ -1,0 +1,505 @@
+/*
+ * test_throttle.c - database-health throttling and adaptive batch size (issue 11,
+ * docs/throttling.md) through the engine's production seams: a bf_throttle configured as a
+ * daemon does, workers stepping real backfills, the read model (bf_get) showing what the
+ * worker observed. Every row's counter is checked at the end: throttling never applies a row
+ * twice or skips one.
+ *
+ * Cases and the guard each proves (removing it fails the case):
+ * - test_custom_query_trips_and_releases: bf__throttle_check's custom query and step_health's
+ *   wait: while public.thr_flag is on, a step commits nothing, reports BF_STEP_THROTTLED, and
+ *   the row shows signal "custom" and since when; the waiting worker's session is idle (no
+ *   transaction, no lock on the table); a stop ends the wait at once; with the flag off the
+ *   next step runs batches and the row's throttle fields are cleared (worker_observe).
+ * - test_waiters_on_the_table: the lock_waiters signal's count of sessions waiting on the
+ *   target table: a session blocked on a row another session locked makes the step wait.
+ * - test_batch_that_blocks_shrinks: the count of sessions a batch blocks, taken inside the
+ *   batch loop procedure before its COMMIT (registry.c compile_loop, "watch"): a session that
+ *   waits on a row the batch updated halves the next batch size and throttles.
+ * - test_size_converges: bf_throttle_next_size as the worker applies it: batches that cost
+ *   about 2 ms a key settle near target / cost keys, never above the declared bound; without
+ *   a target every batch has the declared size.
+ * - test_rate_ceilings: bf__throttle_pass: the definition's and the process's ceilings make
+ *   a step wait keys / rate, shown as signal "rate".
+ * - test_replica_lag_throttles_and_resumes: a real streaming replica (scripts/pg.sh
+ *   standby-start) whose replay is paused with pg_wal_replay_pause(): the backfill throttles
+ *   on replica_lag once the replica is behind by the threshold, and resumes on its own after
+ *   pg_wal_replay_resume().
+ * - test_configure_refuses_bad_values: bf_throttle_configure keeps the old configuration when
+ *   a value is invalid.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bt.h"
+
+#define ROWS    600
+#define BATCH   100
+#define BARRIER 1101
+
+static bf_definition defs[6];
+static bf_registry *registry;
+static bf_throttle *throttle;
+
+static bf_definition items_def(const char *id, const char *table, const char *update_set, int batch)
+{
+    return (bf_definition){
+        .id = id,
+        .table = table,
+        .key = {{"id", BF_KEY_BIGINT}},
+        .nkey = 1,
+        .batch_size = batch,
+        .needs_repair = "t.fixed IS NULL",
+        .update_set = update_set,
+        .postcondition = "t.fixed IS NOT NULL AND t.counter = 1",
+    };
+}
+
+#define COUNT "fixed = t.val * 2, counter = t.counter + 1"
+
+static int setup(void **state)
+{
+    (void)state;
+    bt_db_create("throttle");
+    PGconn *c = bt_connect();
+    bt_install_barrier(c);
+    const char *tables[] = {"thr_custom", "thr_table", "thr_block",
+                            "thr_size",   "thr_rate",  "thr_lag"};
+    for (int i = 0; i < 6; i++)
+        bt_make_items(c, tables[i], i == 3 ? 2000 : ROWS); /* thr_size: room for many steps */
+    bt_exec(c, "CREATE TABLE public.thr_flag (on_ boolean NOT NULL);"
+               "INSERT INTO public.thr_flag VALUES (false);"
+               /* about 2 ms a key: a cost the batch size rule can measure */
+               "CREATE FUNCTION public.thr_slow(v integer) RETURNS integer LANGUAGE sql"
+               " AS $$ SELECT v FROM pg_sleep(0.002) $$;"
+               /* wide rows: every batch writes plenty of WAL */
+               "ALTER TABLE thr_lag ADD COLUMN pad text;");
+    PQfinish(c);
+    defs[0] = items_def("thr.custom_v1", "thr_custom", COUNT, BATCH);
+    defs[1] = items_def("thr.table_v1", "thr_table", COUNT, BATCH);
+    /* the batch of ids 1..100 waits at id 50 (rows 1..49 updated and locked) */
+    defs[2] = items_def("thr.block_v1", "thr_block",
+                        "fixed = CASE WHEN t.id <> 50 OR public.bt_barrier(1101) THEN t.val * 2"
+                        " END, counter = t.counter + 1",
+                        BATCH);
+    defs[3] = items_def("thr.size_v1", "thr_size",
+                        "fixed = public.thr_slow(t.val * 2), counter = t.counter + 1", 200);
+    defs[4] = items_def("thr.rate_v1", "thr_rate", COUNT, BATCH);
+    /* 2 kB of random hex a row: incompressible enough that every batch writes WAL */
+    defs[5] = items_def("thr.lag_v1", "thr_lag",
+                        COUNT ", pad = (SELECT string_agg(md5(random()::text || g), '')"
+                              " FROM generate_series(1, 64) g)",
+                        20);
+    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2],
+                                         &defs[3], &defs[4], &defs[5]};
+    registry = bt_registry(list, 6);
+    assert_int_equal(bf_throttle_new(&throttle), BF_OK);
+    bt_set_throttle(throttle);
+    bf_engine *e = bt_engine(registry, "operator", 0);
+    assert_int_equal(bf_register_all(e), BF_OK);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
+    bf_engine_close(e);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bt_set_throttle(NULL);
+    bt_db_drop_registry(registry);
+    bf_throttle_free(throttle);
+    return 0;
+}
+
+/* Configure one definition's entry (everything else off). */
+static void configure(const char *id, const bf_throttle_config *cfg, double daemon_rate)
+{
+    char diag[BF_DIAG_MAX] = "";
+    const char *ids[] = {id};
+    bf_err err = bf_throttle_configure(throttle, NULL, ids, cfg, 1, daemon_rate, diag, sizeof diag);
+    if (err != BF_OK)
+        fail_msg("bf_throttle_configure: %s", diag);
+}
+
+/* Run a backfill to completion and check every row was applied exactly once. */
+static void finish_and_check(bf_engine *e, bf_worker *w, const char *id, const char *table)
+{
+    for (int i = 0; i < 10000; i++) {
+        bf_step_info info;
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        if (info.step == BF_STEP_COMPLETED)
+            break;
+        if (info.step == BF_STEP_IDLE || info.step == BF_STEP_LOST)
+            assert_int_equal(bt_claim_poll(w, id, NULL, 5000), BF_OK);
+    }
+    bf_backfill b = bt_get(e, id);
+    assert_int_equal(b.state, BF_STATE_COMPLETED);
+    PGconn *c = bt_connect();
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM %s WHERE counter <> 1", table), 0);
+    PQfinish(c);
+}
+
+static void test_custom_query_trips_and_releases(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {
+        .custom_sql = "SELECT on_ FROM public.thr_flag", .wait_ms = 30000, .check_ms = 1};
+    configure("thr.custom_v1", &cfg, 0);
+    PGconn *c = bt_connect();
+    bt_exec(c, "UPDATE public.thr_flag SET on_ = true");
+    bf_engine *e = bt_engine(registry, "thr-custom", 5000);
+    bf_worker *w = bt_claimed_worker(e, "thr.custom_v1");
+    /* the step waits (30 s) on its own thread: the test looks at the row and the session */
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
+    bf_engine *reader = bt_engine(registry, "reader", 0);
+    bf_backfill b;
+    for (int i = 0;; i++) {
+        b = bt_get(reader, "thr.custom_v1");
+        if (strcmp(b.throttle_signal, "custom") == 0)
+            break;
+        if (i > 20000)
+            fail_msg("the row never showed the custom signal");
+        usleep(1000);
+    }
+    assert_string_equal(b.throttle_value, "true");
+    assert_true(b.has_throttled_since);
+    assert_int_equal(b.rows_committed, 0);
+    /* waiting holds no transaction and no lock on the table */
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+                               " 'buzz-backfill thr-custom' AND state <> 'idle'"),
+                     0);
+    assert_int_equal(bt_int(c,
+                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
+                            " ON a.pid = l.pid WHERE a.application_name ="
+                            " 'buzz-backfill thr-custom' AND l.relation = 'thr_custom'::regclass"),
+                     0);
+    /* a stop ends the wait long before its 30 s */
+    bf_worker_stop(w);
+    bt_step_thread_join(&t, 10);
+    assert_int_equal(t.err, BF_OK);
+    assert_int_equal(t.info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(t.info.detail, "throttled by custom"));
+    bf_worker_free(w);
+
+    /* released: the next step runs, and the row's throttle fields are cleared */
+    bt_exec(c, "UPDATE public.thr_flag SET on_ = false");
+    w = bt_claimed_worker(e, "thr.custom_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    b = bt_get(reader, "thr.custom_v1");
+    assert_string_equal(b.throttle_signal, "");
+    assert_false(b.has_throttled_since);
+    assert_int_equal(b.rows_committed, BATCH);
+    /* a query that fails trips too (a signal that cannot be read is not healthy) */
+    cfg.custom_sql = "SELECT 1 / 0";
+    cfg.wait_ms = 1;
+    configure("thr.custom_v1", &cfg, 0);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(info.detail, "query failed (22012)"));
+    /* a positive number is a wait in ms */
+    cfg.custom_sql = "SELECT 5";
+    configure("thr.custom_v1", &cfg, 0);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(info.detail, "wait 5 ms"));
+    cfg.custom_sql = "SELECT 0";
+    configure("thr.custom_v1", &cfg, 0);
+    finish_and_check(reader, w, "thr.custom_v1", "thr_custom");
+    bf_worker_free(w);
+    bf_engine_close(reader);
+    bf_engine_close(e);
+    PQfinish(c);
+}
+
+static void test_waiters_on_the_table(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.lock_waiters = 1, .wait_ms = 1, .check_ms = 1};
+    configure("thr.table_v1", &cfg, 0);
+    /* a holds row 500; b waits for it: one session waiting on the target table */
+    PGconn *a = bt_connect(), *b = bt_connect(), *c = bt_connect();
+    bt_exec(a, "BEGIN; SELECT 1 FROM thr_table WHERE id = 500 FOR UPDATE");
+    assert_int_equal(PQsendQuery(b, "UPDATE thr_table SET val = val WHERE id = 500"), 1);
+    bt_wait_lock_waiters(c, 1);
+    bf_engine *e = bt_engine(registry, "thr-table", 5000);
+    bf_worker *w = bt_claimed_worker(e, "thr.table_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(info.detail, "lock_waiters: 1 waiting"));
+    bf_backfill row = bt_get(e, "thr.table_v1");
+    assert_string_equal(row.throttle_signal, "lock_waiters");
+    assert_int_equal(row.rows_committed, 0);
+    /* the contention ends: the backfill resumes on its own */
+    bt_exec(a, "COMMIT");
+    PGresult *r;
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    row = bt_get(e, "thr.table_v1");
+    assert_string_equal(row.throttle_signal, "");
+    finish_and_check(e, w, "thr.table_v1", "thr_table");
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
+}
+
+static void test_batch_that_blocks_shrinks(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.lock_waiters = 1, .wait_ms = 1, .batch_min = 10};
+    configure("thr.block_v1", &cfg, 0);
+    PGconn *holder = bt_connect(), *b = bt_connect(), *c = bt_connect();
+    bt_lock(holder, BARRIER);
+    bf_engine *e = bt_engine(registry, "thr-block", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.block_v1");
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
+    bt_wait_waiters(c, BARRIER, 1); /* the batch updated ids 1..49 and waits at 50 */
+    assert_int_equal(PQsendQuery(b, "UPDATE thr_block SET val = val WHERE id = 10"), 1);
+    bt_wait_lock_waiters(c, 2); /* the batch (advisory) and b (row 10) */
+    bt_unlock(holder, BARRIER);
+    bt_step_thread_join(&t, 30);
+    assert_int_equal(t.err, BF_OK);
+    assert_int_equal(t.info.step, BF_STEP_BATCH);
+    assert_int_equal(t.info.rows, BATCH);
+    assert_non_null(strstr(t.info.detail, "lock_waiters: 1 blocked by a batch"));
+    PGresult *r;
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    /* the next batches are half the size */
+    bf_backfill row = bt_get(e, "thr.block_v1");
+    assert_true(row.has_batch_size_current);
+    assert_int_equal(row.batch_size_current, BATCH / 2);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_int_equal(info.rows, BATCH / 2);
+    finish_and_check(e, w, "thr.block_v1", "thr_block");
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(holder);
+    PQfinish(b);
+    PQfinish(c);
+}
+
+static void test_size_converges(void **state)
+{
+    (void)state;
+    /* pure rule: a target of 40 ms at 2 ms a key is 20 keys; at most a factor 2 a step */
+    bf_throttle_config rule = {.batch_target_ms = 40, .batch_min = 5};
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 200, 1, 400000), 100);
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 40000), 20);
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 1000), 40);
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 150, 1, 1000), 200); /* the bound */
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 6, 1, 1000000), 5);  /* the minimum */
+    rule.batch_max = 50;
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 1, 1000), 50);
+    rule.batch_target_ms = 0; /* off: back to the declared size (here batch_max), doubling */
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 1000), 40);
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 1, 1000), 50);
+    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 0, 0), 40); /* nothing measured */
+
+    /* through the worker: from 200 keys (about 400 ms) toward 40 ms */
+    bf_throttle_config cfg = {.batch_target_ms = 40, .batch_min = 2};
+    configure("thr.size_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-size", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.size_v1");
+    long sizes[12];
+    for (int i = 0; i < 12; i++) {
+        bf_step_info info;
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        assert_int_equal(info.step, BF_STEP_BATCH);
+        sizes[i] = info.rows;
+        assert_true(info.rows <= 200); /* never above the declared bound */
+    }
+    print_message("batch sizes toward 40 ms at ~2 ms a key: %ld %ld %ld %ld %ld ... %ld %ld\n",
+                  sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[10], sizes[11]);
+    assert_int_equal(sizes[0], 200);
+    /* settled near 20 keys: generous for a loaded machine (slower keys, smaller batches) */
+    assert_true(sizes[11] >= 4 && sizes[11] <= 40);
+    assert_true(sizes[10] >= 4 && sizes[10] <= 40);
+    bf_backfill row = bt_get(e, "thr.size_v1");
+    assert_true(row.has_batch_size_current && row.batch_size_current <= 40);
+    /* a new owner starts where the last one was */
+    bf_worker_free(w);
+    w = bt_claimed_worker(e, "thr.size_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_true(info.rows <= 40);
+    cfg.batch_target_ms = 0; /* off again: back to the declared size, doubling each step */
+    configure("thr.size_v1", &cfg, 0);
+    long prev = info.rows;
+    for (int i = 0; i < 6 && prev < 200; i++) {
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        assert_int_equal(info.rows, prev);
+        prev = prev * 2 < 200 ? prev * 2 : 200;
+    }
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.rows, 200);
+    finish_and_check(e, w, "thr.size_v1", "thr_size");
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+static void test_rate_ceilings(void **state)
+{
+    (void)state;
+    /* 100 keys at 1000 keys/s: the step waits 100 ms after its batch */
+    bf_throttle_config cfg = {.max_rows_per_second = 1000};
+    configure("thr.rate_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-rate", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.rate_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_non_null(strstr(info.detail, "throttled by rate: 1000 rows/s (waited 100 ms)"));
+    bf_backfill row = bt_get(e, "thr.rate_v1");
+    assert_string_equal(row.throttle_signal, "rate");
+    /* the process's ceiling, lower than the definition's, sets the wait */
+    configure("thr.rate_v1", &cfg, 500);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_non_null(strstr(info.detail, "throttled by rate: 500 rows/s"));
+    /* no ceiling: no wait, and the row is no longer throttled */
+    cfg.max_rows_per_second = 0;
+    configure("thr.rate_v1", &cfg, 0);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_null(strstr(info.detail, "throttled"));
+    row = bt_get(e, "thr.rate_v1");
+    assert_string_equal(row.throttle_signal, "");
+    finish_and_check(e, w, "thr.rate_v1", "thr_rate");
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+/* scripts/pg.sh standby-start: the replica's URL (the test database has the same name). */
+static char *standby_url(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' standby-start", BUZZ_SOURCE_DIR);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[256] = "";
+    if (fgets(line, sizeof line, p) == NULL)
+        line[0] = '\0';
+    assert_int_equal(pclose(p), 0);
+    line[strcspn(line, "\n")] = '\0';
+    assert_true(strncmp(line, "postgresql://", 13) == 0);
+    return strdup(line);
+}
+
+static void standby_stop(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' standby-stop >/dev/null", BUZZ_SOURCE_DIR);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_replica_lag_throttles_and_resumes(void **state)
+{
+    (void)state;
+    char *url = standby_url();
+    PGconn *standby = PQconnectdb(url);
+    assert_int_equal(PQstatus(standby), CONNECTION_OK);
+    PGresult *r = PQexec(standby, "SELECT pg_wal_replay_pause()");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    /* each batch of 20 wide rows writes tens of kB of WAL */
+    bf_throttle_config cfg = {.replica_lag_bytes = 128 * 1024, .wait_ms = 50, .check_ms = 1};
+    configure("thr.lag_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-lag", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.lag_v1");
+    bf_step_info info = {0};
+    int batches = 0;
+    while (batches < 25) {
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        if (info.step != BF_STEP_BATCH)
+            break;
+        batches++;
+    }
+    if (info.step != BF_STEP_THROTTLED)
+        fail_msg("no replica_lag throttle after %d batches (step %s)", batches,
+                 bf_step_name(info.step));
+    assert_non_null(strstr(info.detail, "throttled by replica_lag"));
+    bf_backfill row = bt_get(e, "thr.lag_v1");
+    assert_string_equal(row.throttle_signal, "replica_lag");
+    /* still behind: still throttled, nothing committed */
+    int64_t committed = row.batches_committed;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_int_equal(bt_get(e, "thr.lag_v1").batches_committed, committed);
+    /* the replica catches up: the backfill resumes on its own */
+    r = PQexec(standby, "SELECT pg_wal_replay_resume()");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    for (int i = 0; info.step == BF_STEP_THROTTLED; i++) {
+        if (i > 2000)
+            fail_msg("still throttled after the replica resumed");
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    }
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    PQfinish(standby);
+    standby_stop();
+    free(url);
+    cfg.replica_lag_bytes = 0;
+    configure("thr.lag_v1", &cfg, 0);
+    finish_and_check(e, w, "thr.lag_v1", "thr_lag");
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+static void test_configure_refuses_bad_values(void **state)
+{
+    (void)state;
+    bf_throttle_config good = {.batch_target_ms = 70, .wait_ms = 3};
+    configure("thr.rate_v1", &good, 0);
+    char diag[BF_DIAG_MAX] = "";
+    const char *ids[] = {"thr.rate_v1"};
+    bf_throttle_config bad = {.batch_min = 50, .batch_max = 10};
+    assert_int_equal(bf_throttle_configure(throttle, NULL, ids, &bad, 1, 0, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(diag, "batch_min 50 is above batch_max 10"));
+    bad = (bf_throttle_config){.lock_waiters = -1};
+    assert_int_equal(bf_throttle_configure(throttle, &bad, NULL, NULL, 0, 0, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    const char *bad_id[] = {"Not An Id"};
+    assert_int_equal(bf_throttle_configure(throttle, NULL, bad_id, &good, 1, 0, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(bf_throttle_configure(throttle, NULL, NULL, NULL, 0, -1, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    /* the previous configuration stays */
+    bf_throttle_config now;
+    char sql[64];
+    bf_throttle_get(throttle, "thr.rate_v1", &now, sql, sizeof sql);
+    assert_int_equal(now.batch_target_ms, 70);
+    assert_int_equal(now.wait_ms, 3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_custom_query_trips_and_releases),
+        cmocka_unit_test(test_waiters_on_the_table),
+        cmocka_unit_test(test_batch_that_blocks_shrinks),
+        cmocka_unit_test(test_size_converges),
+        cmocka_unit_test(test_rate_ceilings),
+        cmocka_unit_test(test_replica_lag_throttles_and_resumes),
+        cmocka_unit_test(test_configure_refuses_bad_values),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
