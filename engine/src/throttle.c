@@ -164,28 +164,6 @@ bf_err bf_throttle_configure(bf_throttle *t, const bf_throttle_config *def,
     return BF_OK;
 }
 
-/* Each field of o that is 0 takes d's value. */
-static bf_throttle_config throttle_merge(const bf_throttle_config *d, const bf_throttle_config *o)
-{
-    bf_throttle_config m = *o;
-#define TAKE(f)                                                                                    \
-    if (!m.f)                                                                                      \
-    m.f = d->f
-    TAKE(batch_target_ms);
-    TAKE(batch_min);
-    TAKE(batch_max);
-    TAKE(max_rows_per_second);
-    TAKE(replica_lag_bytes);
-    TAKE(lock_waiters);
-    TAKE(xact_age_s);
-    TAKE(xid_age_pct);
-    TAKE(custom_sql);
-    TAKE(check_ms);
-    TAKE(wait_ms);
-#undef TAKE
-    return m;
-}
-
 void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, char *sql,
                      size_t sql_len)
 {
@@ -198,7 +176,7 @@ void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, ch
     bf_throttle_config c = t->def.cfg;
     for (size_t i = 0; id != NULL && i < t->n_over; i++)
         if (strcmp(t->over[i].id, id) == 0)
-            c = throttle_merge(&t->def.cfg, &t->over[i].cfg);
+            c = t->over[i].cfg;
     if (c.custom_sql != NULL && sql_len > 0)
         bf__copy(sql, sql_len, c.custom_sql);
     pthread_mutex_unlock(&t->mtx);

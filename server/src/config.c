@@ -137,16 +137,71 @@ static const key_def config_keys[] = {
      "Log lines: text, or json (one JSON object per line: time, level, event, pid, msg and the "
      "event's fields).",
      F(log_format), NOCOUNT},
+    /* throttling (docs/throttling.md); each but the last may be set per definition with
+     * "definition.<stable id>.<key> = value" lines of the file; SIGHUP reloads them */
+    {"batch_target_ms", KT_INT, "100", 0, 60000, "MS",
+     "Adaptive batch size: aim at batches of this duration, within batch_min..batch_max and "
+     "never above a definition's batch_size (0: always batch_size).",
+     F(throttle.batch_target_ms), NOCOUNT},
+    {"batch_min", KT_INT, "0", 0, 1000000, "N",
+     "Smallest adaptive batch (0: a hundredth of batch_size, at least 1).", F(throttle.batch_min),
+     NOCOUNT},
+    {"batch_max", KT_INT, "0", 0, 1000000, "N",
+     "Largest adaptive batch (0: the definition's batch_size).", F(throttle.batch_max), NOCOUNT},
+    {"max_rows_per_second", KT_INT, "0", 0, 100000000, "N",
+     "Keys per second this process passes for each definition (0: no ceiling).",
+     F(throttle.max_rows_per_second), NOCOUNT},
+    {"throttle_replica_lag_bytes", KT_INT, "0", 0, 2147483647, "BYTES",
+     "Wait while the slowest streaming replica replays this far behind (0: off).",
+     F(throttle.replica_lag_bytes), NOCOUNT},
+    {"throttle_lock_waiters", KT_INT, "0", 0, 10000, "N",
+     "Wait (and halve the batch size) while this many sessions wait on the target table or on "
+     "a batch's locks (0: off).",
+     F(throttle.lock_waiters), NOCOUNT},
+    {"throttle_xact_age_s", KT_INT, "0", 0, 604800, "SECONDS",
+     "Wait while another transaction has been open this long (0: off).", F(throttle.xact_age_s),
+     NOCOUNT},
+    {"throttle_xid_age_pct", KT_INT, "0", 0, 100, "PERCENT",
+     "Wait while the database's oldest unfrozen transaction ID has used this share of the "
+     "wraparound horizon (0: off).",
+     F(throttle.xid_age_pct), NOCOUNT},
+    {"throttle_custom_sql", KT_STRING, NULL, 0, 0, "SQL",
+     "A query returning true (wait) or a number of milliseconds to wait; an error waits too.",
+     F(throttle.custom_sql), NOCOUNT},
+    {"throttle_check_ms", KT_INT, "1000", 1, 3600000, "MS",
+     "Health signals are checked between worker steps at most this often.", F(throttle.check_ms),
+     NOCOUNT},
+    {"throttle_wait_ms", KT_INT, "1000", 1, 3600000, "MS",
+     "How long a tripped signal waits before it is checked again.", F(throttle.wait_ms), NOCOUNT},
+    {"daemon_max_rows_per_second", KT_INT, "0", 0, 100000000, "N",
+     "Keys per second this process passes over all definitions (0: no ceiling).",
+     F(daemon_max_rows_per_second), NOCOUNT},
 };
+
+/* A key that may also be set per definition: one of the throttle settings. */
+static bool config_key_per_definition(const key_def *d)
+{
+    return d->off >= offsetof(srv_config, throttle) &&
+           d->off < offsetof(srv_config, throttle) + sizeof(srv_throttle_values);
+}
 
 #define NKEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
 _Static_assert(sizeof config_keys / sizeof config_keys[0] == SRV_CONFIG_KEYS,
                "SRV_CONFIG_KEYS matches the key table");
 
 /* Text values per key while loading. */
+typedef struct config_raw_override {
+    char *id;
+    int k;
+    char *val;
+    char origin[SRV_CONFIG_ORIGIN_MAX];
+} config_raw_override;
+
 typedef struct config_raw {
     char *val[SRV_CONFIG_KEYS];
     char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];
+    config_raw_override *ov; /* "definition.<id>.<key>" lines, in file order */
+    size_t n_ov;
 } config_raw;
 
 static bf_err config_fail(char *diag, size_t cap, bf_err err, const char *fmt, ...)
@@ -173,6 +228,11 @@ static int config_key_index(const char *name)
     return -1;
 }
 
+int srv_config_key_index(const char *name)
+{
+    return config_key_index(name);
+}
+
 static bf_err config_raw_set(config_raw *raw, int k, const char *value, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -194,6 +254,54 @@ static void config_raw_free(config_raw *raw)
 {
     for (int i = 0; i < NKEYS; i++)
         free(raw->val[i]);
+    for (size_t i = 0; i < raw->n_ov; i++) {
+        free(raw->ov[i].id);
+        free(raw->ov[i].val);
+    }
+    free(raw->ov);
+}
+
+/* "definition.<stable id>.<key>" (key already lower case): record it for config_overrides().
+ * A static reason on a malformed one, NULL when recorded (or out of memory: *nomem). */
+static const char *config_raw_override_add(config_raw *raw, const char *key, const char *value,
+                                           const char *path, long lineno, bool *nomem)
+{
+    const char *rest = key + strlen("definition.");
+    const char *dot = strrchr(rest, '.');
+    if (dot == NULL || dot == rest)
+        return "expected definition.<stable id>.<key>";
+    char id[BF_ID_MAX + 1];
+    size_t id_len = (size_t)(dot - rest);
+    if (id_len > BF_ID_MAX)
+        return "definition.<stable id>.<key>: the stable id is too long";
+    memcpy(id, rest, id_len);
+    id[id_len] = '\0';
+    if (!bf_id_valid(id))
+        return "definition.<stable id>.<key>: not a valid stable id";
+    int k = config_key_index(dot + 1);
+    if (k < 0 || !config_key_per_definition(&config_keys[k]))
+        return "definition.<stable id>.<key>: only the throttle settings (batch_target_ms, "
+               "batch_min, batch_max, max_rows_per_second, throttle_*) may be set per "
+               "definition";
+    config_raw_override *v = realloc(raw->ov, (raw->n_ov + 1) * sizeof *v);
+    if (v == NULL) {
+        *nomem = true;
+        return NULL;
+    }
+    raw->ov = v;
+    config_raw_override *o = &raw->ov[raw->n_ov];
+    o->id = strdup(id);
+    o->val = strdup(value);
+    o->k = k;
+    snprintf(o->origin, sizeof o->origin, "file %s:%ld", path, lineno);
+    if (o->id == NULL || o->val == NULL) {
+        free(o->id);
+        free(o->val);
+        *nomem = true;
+        return NULL;
+    }
+    raw->n_ov++;
+    return NULL;
 }
 
 /* ---- the file ------------------------------------------------------------------------------ */
@@ -238,7 +346,7 @@ static const char *config_parse_line(const char *line, char *key, char *value)
     size_t n = 0;
     if (!isalpha((unsigned char)*p) && *p != '_')
         return "expected a key";
-    while (isalnum((unsigned char)*p) || *p == '_')
+    while (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-')
         key[n++] = (char)tolower((unsigned char)*p++);
     key[n] = '\0';
     while (*p == ' ' || *p == '\t')
@@ -298,6 +406,16 @@ static bf_err config_read_file(config_raw *raw, const char *path, char *diag, si
         }
         if (key[0] == '\0')
             continue;
+        if (strncmp(key, "definition.", 11) == 0) {
+            bool nomem = false;
+            why = config_raw_override_add(raw, key, value, path, lineno, &nomem);
+            if (nomem)
+                err = BF_ERR_NOMEM;
+            else if (why != NULL)
+                err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s:%ld: %s", path, lineno,
+                                  why);
+            continue;
+        }
         int k = config_key_index(key);
         if (k < 0) {
             err = config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s:%ld: unknown key \"%.64s\"",
@@ -429,6 +547,61 @@ static bf_err config_split(const char *s, char ***out, size_t *count)
     return BF_OK;
 }
 
+static bf_err config_int(const key_def *d, const char *v, const char *origin, int *out, char *diag,
+                         size_t cap)
+{
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (v[0] == '\0' || *end != '\0' || errno != 0 || n < d->min || n > d->max)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: %s must be an integer from %d to %d", origin, d->name, d->min,
+                           d->max);
+    *out = (int)n;
+    return BF_OK;
+}
+
+/* Each definition's throttle settings: the daemon's, with its own lines on top. */
+static bf_err config_overrides(srv_config *cfg, const config_raw *raw, char *diag, size_t cap)
+{
+    for (size_t i = 0; i < raw->n_ov; i++) {
+        const config_raw_override *o = &raw->ov[i];
+        srv_throttle_override *t = NULL;
+        for (size_t j = 0; j < cfg->n_overrides && t == NULL; j++)
+            if (strcmp(cfg->overrides[j].id, o->id) == 0)
+                t = &cfg->overrides[j];
+        if (t == NULL) {
+            srv_throttle_override *v = realloc(cfg->overrides, (cfg->n_overrides + 1) * sizeof *v);
+            if (v == NULL)
+                return BF_ERR_NOMEM;
+            cfg->overrides = v;
+            t = &cfg->overrides[cfg->n_overrides++];
+            memset(t, 0, sizeof *t);
+            t->v = cfg->throttle;
+            t->v.custom_sql = NULL;
+            snprintf(t->origin, sizeof t->origin, "%s", o->origin);
+            if ((t->id = strdup(o->id)) == NULL ||
+                (cfg->throttle.custom_sql != NULL &&
+                 (t->v.custom_sql = strdup(cfg->throttle.custom_sql)) == NULL))
+                return BF_ERR_NOMEM;
+        }
+        const key_def *d = &config_keys[o->k];
+        void *field = (char *)&t->v + (d->off - offsetof(srv_config, throttle));
+        if (d->type == KT_STRING) {
+            char *copy = o->val[0] ? strdup(o->val) : NULL;
+            if (o->val[0] && copy == NULL)
+                return BF_ERR_NOMEM;
+            free(*(char **)field);
+            *(char **)field = copy;
+        } else {
+            bf_err err = config_int(d, o->val, o->origin, (int *)field, diag, cap);
+            if (err != BF_OK)
+                return err;
+        }
+    }
+    return BF_OK;
+}
+
 static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag, size_t cap)
 {
     for (int k = 0; k < NKEYS; k++) {
@@ -438,7 +611,6 @@ static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag,
             v = d->def; /* empty means not set: the default applies */
         void *field = (char *)cfg + d->off;
         snprintf(cfg->origin[k], sizeof cfg->origin[k], "%s", raw->origin[k]);
-        bool ok = true;
         switch (d->type) {
         case KT_STRING:
             if (v[0] != '\0' && (*(char **)field = strdup(v)) == NULL)
@@ -449,16 +621,9 @@ static bf_err config_convert(srv_config *cfg, const config_raw *raw, char *diag,
                 return BF_ERR_NOMEM;
             break;
         case KT_INT: {
-            char *end = NULL;
-            errno = 0;
-            long n = strtol(v, &end, 10);
-            ok = v[0] != '\0' && *end == '\0' && errno == 0 && n >= d->min && n <= d->max;
-            if (ok)
-                *(int *)field = (int)n;
-            else
-                return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
-                                   "%s: %s must be an integer from %d to %d", raw->origin[k],
-                                   d->name, d->min, d->max);
+            bf_err err = config_int(d, v, raw->origin[k], (int *)field, diag, cap);
+            if (err != BF_OK)
+                return err;
             break;
         }
         case KT_BOOL:
@@ -691,6 +856,14 @@ static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
     char why[192];
     if (bf_config_check(&lease, why, sizeof why) != BF_OK)
         return config_fail(diag, cap, bad, "%s: %s", config_origin(cfg, "lease_ms"), why);
+    /* the throttle settings as the workers will take them (batch_min <= batch_max ...) */
+    bf_throttle *probe = NULL;
+    if (bf_throttle_new(&probe) != BF_OK)
+        return BF_ERR_NOMEM;
+    err = srv_config_throttle(cfg, probe, why, sizeof why);
+    bf_throttle_free(probe);
+    if (err != BF_OK)
+        return config_fail(diag, cap, err, "%s", why);
     return BF_OK;
 }
 
@@ -907,6 +1080,8 @@ bf_err srv_config_load(srv_config *out, int argc, char *const argv[], char *cons
     if (err == BF_OK)
         err = config_convert(&cfg, &raw, diag, diag_len);
     if (err == BF_OK)
+        err = config_overrides(&cfg, &raw, diag, diag_len);
+    if (err == BF_OK)
         err = config_validate(&cfg, diag, diag_len);
     if (err == BF_ERR_NOMEM)
         config_fail(diag, diag_len, err, "out of memory");
@@ -940,6 +1115,12 @@ void srv_config_fini(srv_config *cfg)
     free(cfg->token_audience);
     free(cfg->trusted_keys_file);
     free(cfg->revoked_tokens_file);
+    free(cfg->throttle.custom_sql);
+    for (size_t i = 0; i < cfg->n_overrides; i++) {
+        free(cfg->overrides[i].id);
+        free(cfg->overrides[i].v.custom_sql);
+    }
+    free(cfg->overrides);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -1115,6 +1296,30 @@ void srv_config_print(FILE *f, const srv_config *cfg)
         }
         fprintf(f, "  # %s\n", cfg->origin[k][0] ? cfg->origin[k] : "default");
     }
+    /* each definition's settings that differ from the daemon's */
+    for (size_t i = 0; i < cfg->n_overrides; i++) {
+        const srv_throttle_override *o = &cfg->overrides[i];
+        for (int k = 0; k < NKEYS; k++) {
+            const key_def *d = &config_keys[k];
+            if (!config_key_per_definition(d))
+                continue;
+            size_t off = d->off - offsetof(srv_config, throttle);
+            const void *mine = (const char *)&o->v + off;
+            const void *daemon = (const char *)&cfg->throttle + off;
+            if (d->type == KT_STRING) {
+                const char *a = *(char *const *)mine, *b = *(char *const *)daemon;
+                if ((a == NULL) == (b == NULL) && (a == NULL || strcmp(a, b) == 0))
+                    continue;
+                fprintf(f, "definition.%s.%s = ", o->id, d->name);
+                config_print_quoted(f, a ? a : "");
+            } else {
+                if (*(const int *)mine == *(const int *)daemon)
+                    continue;
+                fprintf(f, "definition.%s.%s = %d", o->id, d->name, *(const int *)mine);
+            }
+            fprintf(f, "  # %s\n", o->origin);
+        }
+    }
 }
 
 static const char *config_type_hint(const key_def *d)
@@ -1200,7 +1405,7 @@ void srv_config_usage(FILE *f, const char *prog)
     }
     fprintf(f,
             "\nSignals: SIGTERM/SIGINT stop gracefully (workers cancel the statement in flight,\n"
-            "which rolls back whole, and release their claims); SIGHUP reloads trusted keys\n"
-            "and revoked tokens.\n"
+            "which rolls back whole, and release their claims); SIGHUP reloads trusted keys,\n"
+            "revoked tokens and the throttle settings.\n"
             "Exit status: 0 on success, 1 on any error (configuration, startup, runtime).\n");
 }

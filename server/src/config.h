@@ -24,11 +24,33 @@ typedef enum srv_command {
     SRV_CMD_VERSION,      /* --version */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       25 /* settings in the table */
+#define SRV_CONFIG_KEYS       37 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
                                                  ..." */
+
+/* The throttle settings (docs/throttling.md) of the daemon, or of one definition
+ * ("definition.<stable id>.<key>" lines of the configuration file, on top of the daemon's). */
+typedef struct srv_throttle_values {
+    int batch_target_ms;
+    int batch_min;
+    int batch_max;
+    int max_rows_per_second;
+    int replica_lag_bytes;
+    int lock_waiters;
+    int xact_age_s;
+    int xid_age_pct;
+    int check_ms;
+    int wait_ms;
+    char *custom_sql; /* NULL: none */
+} srv_throttle_values;
+
+typedef struct srv_throttle_override {
+    char *id;
+    srv_throttle_values v;
+    char origin[SRV_CONFIG_ORIGIN_MAX]; /* where it was first set */
+} srv_throttle_override;
 
 typedef struct srv_config {
     srv_command command;
@@ -60,7 +82,11 @@ typedef struct srv_config {
     int max_connections;          /* per listener */
     int max_connections_per_peer; /* per remote IP (tcp, tls) or uid (ipc) */
     bf_log_level log_level;
-    srv_log_format log_format; /* text or json lines */
+    srv_log_format log_format;      /* text or json lines */
+    srv_throttle_values throttle;   /* every definition's, unless overridden */
+    int daemon_max_rows_per_second; /* over all definitions of this process */
+    srv_throttle_override *overrides;
+    size_t n_overrides;
 
     /* where each effective value came from, in table order (for check-config) */
     char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];
@@ -91,6 +117,15 @@ bf_err srv_config_check_environment(const srv_config *cfg, char *diag, size_t di
 
 /* --help text: commands, options and every key with its flag, environment name and default. */
 void srv_config_usage(FILE *f, const char *prog);
+
+/* Replace the throttle's configuration with cfg's (the daemon's values, each definition's
+ * overrides); BF_ERR_INVALID_ARGUMENT with a reason in diag leaves it unchanged. Used at start
+ * and by the SIGHUP reload (config_throttle.c). */
+bf_err srv_config_throttle(const srv_config *cfg, bf_throttle *throttle, char *diag,
+                           size_t diag_len);
+
+/* The position of key name in the table (cfg->origin's index); -1 for an unknown name. */
+int srv_config_key_index(const char *name);
 
 /* The effective configuration as a valid configuration file, with each value's origin as a
  * comment. The database password is redacted. */

@@ -201,6 +201,27 @@ static void convert_times(srv_backfill_msg *m, const bf_backfill *row)
     m->backfill.times = t;
 }
 
+/* What the last worker observed: its batch size, and what a live claim holder waits for. */
+static void convert_throttle(srv_backfill_msg *m, const bf_backfill *row)
+{
+    if (row->has_batch_size_current && row->batch_size_current > 0) {
+        m->backfill.has_batch_size_current = true;
+        m->backfill.batch_size_current = (uint32_t)row->batch_size_current;
+    }
+    if (row->throttle_signal[0] == '\0')
+        return;
+    Buzz__Backfill__V1__Throttle *t = &m->throttle;
+    buzz__backfill__v1__throttle__init(t);
+    t->signal = (char *)row->throttle_signal;
+    if (row->throttle_value[0] != '\0')
+        t->value = (char *)row->throttle_value;
+    if (row->has_throttled_since) {
+        t->has_since_us = true;
+        t->since_us = row->throttled_since;
+    }
+    m->backfill.throttle = t;
+}
+
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating)
 {
     memset(m, 0, sizeof *m);
@@ -225,4 +246,5 @@ void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gat
     convert_validation(m, row);
     convert_progress(m, row);
     convert_times(m, row);
+    convert_throttle(m, row);
 }

@@ -27,9 +27,9 @@ static int daemon_fail(const char *what, const char *diag)
     return 1;
 }
 
-static int daemon_serve(const srv_config *cfg, srv_metrics *metrics);
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload *reload);
 
-static int daemon_run(const srv_config *cfg)
+static int daemon_run(const srv_config *cfg, srv_reload *reload)
 {
     srv_log_setup(cfg->log_level);
     srv_log_set_format(cfg->log_format);
@@ -39,33 +39,46 @@ static int daemon_run(const srv_config *cfg)
     if (srv_metrics_new(&metrics, BUZZ_VERSION, services, 2) != BF_OK)
         return daemon_fail("metrics", "cannot allocate the metrics");
     srv_log_set_observer(srv_metrics_event, metrics); /* before any thread logs */
-    int rc = daemon_serve(cfg, metrics);
+    int rc = daemon_serve(cfg, metrics, reload);
     srv_log_set_observer(NULL, NULL);
     srv_metrics_free(metrics);
     return rc;
 }
 
-static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
+static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload *reload)
 {
     char diag[512] = "";
     if (srv_signals_block() != BF_OK)
         return daemon_fail("signals", "cannot block termination signals");
     srv_fd_limit_raise(cfg);
 
+    bf_throttle *throttle = NULL;
+    if (bf_throttle_new(&throttle) != BF_OK)
+        return daemon_fail("throttle", "out of memory");
+    if (srv_config_throttle(cfg, throttle, diag, sizeof diag) != BF_OK) {
+        bf_throttle_free(throttle);
+        return daemon_fail("throttle", diag);
+    }
+    reload->throttle = throttle;
+
     bf_registry *registry = NULL;
-    if (srv_registry_load(&registry, cfg, diag, sizeof diag) != BF_OK)
+    if (srv_registry_load(&registry, cfg, diag, sizeof diag) != BF_OK) {
+        bf_throttle_free(throttle);
         return daemon_fail("definitions", diag);
+    }
 
     srv_auth *auth = NULL;
     srv_auth_config auth_cfg = srv_auth_config_from(cfg);
     if (srv_auth_new(&auth, &auth_cfg, diag, sizeof diag) != BF_OK) {
         bf_registry_free(registry);
+        bf_throttle_free(throttle);
         return daemon_fail("auth", diag);
     }
 
     srv_context ctx;
     srv_context_init(&ctx, cfg, registry, auth);
     ctx.metrics = metrics;
+    ctx.engine_cfg.throttle = throttle; /* every engine of the process shares it */
 
     int rc = 1;
     srv_dispatcher *dispatcher = NULL;
@@ -90,7 +103,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
         srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STARTED,
                       "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION, cfg->n_listen,
                       cfg->n_listen == 1 ? "" : "s");
-        rc = srv_signals_serve(auth) ? 1 : 0;
+        rc = srv_signals_serve(auth, reload) ? 1 : 0;
     }
     srv_notify_stopping();
 
@@ -103,6 +116,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics)
     srv_dispatcher_free(dispatcher);
     srv_auth_free(auth);
     bf_registry_free(registry);
+    bf_throttle_free(throttle); /* the workers that used it are joined */
     if (rc == 0)
         srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");
     return rc;
@@ -137,9 +151,11 @@ int main(int argc, char **argv)
         srv_log_set_format(cfg.log_format);
         rc = srv_migrate_command(&cfg);
         break;
-    case SRV_CMD_RUN:
-        rc = daemon_run(&cfg);
+    case SRV_CMD_RUN: {
+        srv_reload reload = {.argc = argc, .argv = argv, .envp = environ};
+        rc = daemon_run(&cfg, &reload);
         break;
+    }
     }
     srv_config_fini(&cfg);
     return rc;

@@ -307,6 +307,7 @@ typedef struct srv_backfill_msg {
     Buzz__Backfill__V1__Validation validation;
     Buzz__Backfill__V1__Progress progress;
     Buzz__Backfill__V1__Times times;
+    Buzz__Backfill__V1__Throttle throttle;
 } srv_backfill_msg;
 
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating);

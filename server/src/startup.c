@@ -68,7 +68,28 @@ void srv_signals_stop_fatal(const char *why)
         kill(getpid(), SIGTERM); /* the main thread's sigwait() takes it */
 }
 
-bool srv_signals_serve(srv_auth *auth)
+/* SIGHUP: the throttle settings of the configuration as it reads now. */
+static void signals_reload_throttle(const srv_reload *r)
+{
+    if (r == NULL || r->throttle == NULL)
+        return;
+    srv_config fresh;
+    char diag[512] = "";
+    bf_err err = srv_config_load(&fresh, r->argc, r->argv, r->envp, diag, sizeof diag);
+    if (err == BF_OK) {
+        err = srv_config_throttle(&fresh, r->throttle, diag, sizeof diag);
+        srv_config_fini(&fresh);
+    }
+    if (err == BF_OK)
+        srv_log_event(BF_LOG_INFO, BF_EV_CONFIG_RELOAD,
+                      "SIGHUP: throttle settings reloaded (other settings need a restart)");
+    else
+        srv_log_event(BF_LOG_ERROR, BF_EV_CONFIG_RELOAD_FAILED,
+                      "SIGHUP: configuration refused, the previous throttle settings stay: %s",
+                      diag);
+}
+
+bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
 {
     sigset_t set;
     signals_set(&set);
@@ -102,6 +123,7 @@ bool srv_signals_serve(srv_auth *auth)
         }
         char diag[256] = "";
         srv_notify_reloading();
+        signals_reload_throttle(reload);
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
         srv_notify_ready(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)

@@ -25,9 +25,20 @@
 /* Block SIGTERM, SIGINT and SIGHUP and ignore SIGPIPE in the calling thread; call before any
  * thread starts so every thread inherits the mask and only srv_signals_serve() receives them. */
 bf_err srv_signals_block(void);
-/* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload); SIGTERM or SIGINT
+/* What SIGHUP reloads besides the auth key sets: the throttle settings of the configuration,
+ * read anew from the same flags, file and environment (the rest of a changed configuration
+ * needs a restart). */
+typedef struct srv_reload {
+    int argc;
+    char *const *argv;
+    char *const *envp;
+    bf_throttle *throttle;
+} srv_reload;
+
+/* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload) and, with reload, the
+ * throttle settings (a failed reload keeps the previous ones, logged); SIGTERM or SIGINT
  * returns false, a stop asked for by srv_signals_stop_fatal() returns true. */
-bool srv_signals_serve(srv_auth *auth);
+bool srv_signals_serve(srv_auth *auth, const srv_reload *reload);
 /* Ask srv_signals_serve() to return as after SIGTERM, but for a failure the process cannot
  * recover from (the daemon then exits 1, for its supervisor to restart it). why: a static
  * string for the log. Thread-safe; may be called from any thread. */

@@ -118,7 +118,7 @@ static void test_precedence_file_env_flags(void **state)
     snprintf(want, sizeof want, "file %s:6", path);
     assert_string_equal(cfg.origin[3], want);
     assert_string_equal(cfg.origin[4], "environment BUZZ_BACKFILL_WORKERS");
-    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 2], "flag --log-level");
+    assert_string_equal(cfg.origin[srv_config_key_index("log_level")], "flag --log-level");
     srv_config_fini(&cfg);
 }
 
@@ -416,6 +416,18 @@ static void test_help_documents_every_key(void **state)
         "http_listen",
         "log_level",
         "log_format",
+        "batch_target_ms",
+        "batch_min",
+        "batch_max",
+        "max_rows_per_second",
+        "throttle_replica_lag_bytes",
+        "throttle_lock_waiters",
+        "throttle_xact_age_s",
+        "throttle_xid_age_pct",
+        "throttle_custom_sql",
+        "throttle_check_ms",
+        "throttle_wait_ms",
+        "daemon_max_rows_per_second",
     };
     assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
     static char out[32768];
@@ -498,7 +510,8 @@ static void test_log_format(void **state)
                           "--ipc-boundary", "on", "--database-url", "postgresql://db/x", NULL),
                      BF_OK);
     assert_int_equal(cfg.log_format, SRV_LOG_JSON);
-    assert_string_equal(cfg.origin[SRV_CONFIG_KEYS - 1], "environment BUZZ_BACKFILL_LOG_FORMAT");
+    assert_string_equal(cfg.origin[srv_config_key_index("log_format")],
+                        "environment BUZZ_BACKFILL_LOG_FORMAT");
     srv_config_fini(&cfg);
     assert_int_equal(load(&cfg, diag, sizeof diag, envp, "check-config", "--listen", "ipc:///tmp/x",
                           "--ipc-boundary", "on", "--database-url", "postgresql://db/x",

@@ -376,6 +376,8 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     if (o->request_retention_s > 0)
         fprintf(f, "request_retention_s = %d\n", o->request_retention_s);
     fprintf(f, "log_level = %s\n", o->log_level ? o->log_level : "debug");
+    /* fixed batch sizes: the suites count and order batches (extra may turn sizing on) */
+    fprintf(f, "batch_target_ms = 0\n");
     if (o->extra != NULL)
         fprintf(f, "%s\n", o->extra);
     fclose(f);

@@ -94,7 +94,9 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(WORKER_RESTART, "worker.restart")         /* a worker loop ended with an error */            \
     X(DB_UNAVAILABLE, "db.unavailable")         /* startup cannot reach the database yet */        \
     X(THROTTLE_START, "throttle.start")         /* a worker waits: reason is the signal */         \
-    X(THROTTLE_END, "throttle.end")             /* it resumed; duration_us: how long it waited */
+    X(THROTTLE_END, "throttle.end")             /* it resumed; duration_us: how long it waited */  \
+    X(CONFIG_RELOAD, "config.reload")           /* SIGHUP: throttle settings reloaded */           \
+    X(CONFIG_RELOAD_FAILED, "config.reload_failed") /* refused: the previous settings stay */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -438,9 +440,9 @@ typedef struct bf_throttle bf_throttle;
  * all-zero configuration (nothing throttled, fixed batch sizes). */
 bf_err bf_throttle_new(bf_throttle **out);
 void bf_throttle_free(bf_throttle *throttle); /* NULL is a no-op */
-/* Replace the configuration wholesale: def for every definition, overrides[i] for
- * override_ids[i] (n of them; each field of an override that is 0 takes def's value), and a
- * ceiling of keys per second over all definitions of this process (0: none). Strings are
+/* Replace the configuration wholesale: def for every definition, overrides[i] (a complete
+ * configuration) for override_ids[i] (n of them), and a ceiling of keys per second over all
+ * definitions of this process (0: none). Strings are
  * copied. Workers see it from their next step. BF_ERR_INVALID_ARGUMENT (nothing changed, diag
  * says why) for a negative value, batch_min above batch_max or an invalid stable ID. */
 bf_err bf_throttle_configure(bf_throttle *throttle, const bf_throttle_config *def,
