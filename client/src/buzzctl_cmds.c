@@ -78,6 +78,8 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *
     printf("claim:       %s\n", v->claim);
     printf("retry:       %s\n", v->retry);
     printf("error:       %s\n", v->error);
+    printf("batch:       %s\n", v->batch);
+    printf("throttled:   %s\n", v->throttle);
     char when[40] = "";
     if (b->last_validation != NULL && b->last_validation->has_at_us) {
         snprintf(when, sizeof when, " (");

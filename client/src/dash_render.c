@@ -183,8 +183,12 @@ static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
                     : alert  ? BFC_DASH_ALERT
                              : BFC_DASH_PLAIN,
                     "%s %s %s %s %s %s", k == sel ? ">" : " ", id, state, prog_c, rate, eta);
-        render_line(c, BFC_DASH_PLAIN, "    claim %s | retry %s | error %s", r->v.claim, r->v.retry,
-                    r->v.error);
+        if (strcmp(r->v.throttle, "-") != 0)
+            render_line(c, BFC_DASH_PLAIN, "    claim %s | throttled %s", r->v.claim,
+                        r->v.throttle);
+        else
+            render_line(c, BFC_DASH_PLAIN, "    claim %s | retry %s | error %s", r->v.claim,
+                        r->v.retry, r->v.error);
     }
     if (n == 0 && m->list_known && room > 0)
         render_line(c, BFC_DASH_PLAIN, "  (no backfill%s)", m->filter[0] ? " matches" : "");
@@ -214,6 +218,7 @@ static void render_detail(render_ctx *c, const bfc_dash_model *m)
     render_line(c, BFC_DASH_PLAIN, "  generation  %s   claim %s", v->generation, v->claim);
     render_line(c, BFC_DASH_PLAIN, "  retry       %s", v->retry);
     render_line(c, BFC_DASH_PLAIN, "  error       %s", v->error);
+    render_line(c, BFC_DASH_PLAIN, "  batch       %s   throttled %s", v->batch, v->throttle);
     render_line(c, BFC_DASH_PLAIN, "  validation  %s at %s", v->validation, d->validation_time);
     if (d->validation_detail[0])
         render_line(c, BFC_DASH_PLAIN, "              %s", d->validation_detail);

@@ -272,5 +272,25 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     }
     ago(v->updated, sizeof v->updated, t && t->has_updated_at_us, t ? t->updated_at_us : 0, has_now,
         now);
+    /* throttling: the size the last worker used, and what a live claim holder waits for */
+    const Buzz__Backfill__V1__Definition *d = b->definition;
+    if (b->has_batch_size_current && d != NULL && d->has_batch_size)
+        snprintf(v->batch, sizeof v->batch, "%u of %u", b->batch_size_current, d->batch_size);
+    else if (b->has_batch_size_current)
+        snprintf(v->batch, sizeof v->batch, "%u", b->batch_size_current);
+    else
+        snprintf(v->batch, sizeof v->batch, "-");
+    const Buzz__Backfill__V1__Throttle *th = b->throttle;
+    if (th == NULL || th->signal == NULL) {
+        snprintf(v->throttle, sizeof v->throttle, "-");
+    } else {
+        char since[24] = "unknown";
+        if (th->has_since_us && has_now)
+            bfc_format_duration(since, sizeof since, now - th->since_us);
+        char raw[160];
+        snprintf(raw, sizeof raw, "%.23s: %.63s, %s", th->signal, th->value ? th->value : "?",
+                 since);
+        bfc_printable(v->throttle, sizeof v->throttle, raw);
+    }
     v->gating = b->has_gating && b->gating;
 }

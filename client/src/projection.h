@@ -29,6 +29,8 @@ typedef struct bfc_view {
     char error[BFC_CELL];      /* "prerequisite: undefined table (42P01)", "-" */
     char validation[BFC_CELL]; /* "success 3m ago", "never" */
     char updated[40];          /* "12s ago" */
+    char batch[48];            /* "250 of 1000" (adaptive size of the declared bound), "-" */
+    char throttle[BFC_CELL];   /* "replica_lag: 301234 bytes (limit 262144), 12s", "-" */
     bool gating;
 } bfc_view;
 

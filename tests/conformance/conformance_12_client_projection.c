@@ -357,6 +357,41 @@ static void test_claim_validity_unknown(void **state)
     assert_string_equal(v.claim, "none");
 }
 
+/* Throttling is observed state: a throttled row shows its signal, value and how long (in the
+ * table instead of retry and error, and in the detail), an unthrottled one "-", and a batch
+ * size the server did not report is "-", never the declared size or 0. Guard: the throttle
+ * branch of bfc_project() and the throttled line of render_table(). */
+static void test_throttle_is_shown_only_when_known(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, "demo.items_v1", ST(RUNNING));
+    bfc_view v;
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.throttle, "-");
+    assert_string_equal(v.batch, "-");
+    Buzz__Backfill__V1__Definition d = BUZZ__BACKFILL__V1__DEFINITION__INIT;
+    d.has_batch_size = true;
+    d.batch_size = 1000;
+    f.b.definition = &d;
+    f.b.has_batch_size_current = true;
+    f.b.batch_size_current = 250;
+    Buzz__Backfill__V1__Throttle th = BUZZ__BACKFILL__V1__THROTTLE__INIT;
+    th.signal = "replica_lag";
+    th.value = "301234 bytes (limit 262144)";
+    th.has_since_us = true;
+    th.since_us = T0 - 12000000;
+    f.b.throttle = &th;
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.batch, "250 of 1000");
+    assert_string_equal(v.throttle, "replica_lag: 301234 bytes (limit 262144), 12s");
+    apply_one(&f, T0);
+    want(screen(24, 80), "throttled replica_lag: 301234 bytes");
+    th.has_since_us = false; /* since unknown stays unknown */
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.throttle, "replica_lag: 301234 bytes (limit 262144), unknown");
+}
+
 /* A blocked backfill's last error names its class and, first, the violated constraint (so a
  * cut 80-column line still says what to fix); no error is "-", never "ok". Guard: the error
  * branch of bfc_project() (projection.c) and the error cell of render_table(). */
@@ -598,6 +633,7 @@ int main(void)
         cmocka_unit_test_setup(test_failed_refresh_keeps_data_marked_stale, setup),
         cmocka_unit_test_setup(test_claim_validity_unknown, setup),
         cmocka_unit_test_setup(test_last_error_names_its_constraint, setup),
+        cmocka_unit_test_setup(test_throttle_is_shown_only_when_known, setup),
         cmocka_unit_test_setup(test_validation_outcomes_are_typed, setup),
         cmocka_unit_test_setup(test_detail_failures_stay_visible, setup),
         cmocka_unit_test_setup(test_client_sends_only_supported_controls, setup),
