@@ -911,8 +911,11 @@ static bf_log_level worker_rollback_level(const bf_worker *w)
 static bf_err worker_observe(bf_worker *w, const char *signal, const char *value, bool renew)
 {
     bf_engine *e = w->e;
-    signal = signal ? signal : "";
-    value = signal[0] && value ? value : "";
+    char sig_buf[sizeof w->throttle_signal], val_buf[sizeof w->throttle_value];
+    bf__copy(sig_buf, sizeof sig_buf, signal); /* the caller may pass w's own fields */
+    bf__copy(val_buf, sizeof val_buf, sig_buf[0] ? value : NULL);
+    signal = sig_buf;
+    value = val_buf;
     bool same_signal = strcmp(w->throttle_signal, signal) == 0;
     bool same = same_signal && strcmp(w->throttle_value, value) == 0;
     int diff = w->size - w->size_written;

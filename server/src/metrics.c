@@ -41,6 +41,8 @@ typedef struct metrics_hist {
     atomic_ullong sum_us;
 } metrics_hist;
 
+#define METRICS_THROTTLE_SIGNALS 6
+
 /* A reason label: up to 8 bytes packed into the key (0: free slot). */
 typedef struct metrics_reasons {
     atomic_ullong key[METRICS_REASON_SLOTS];
@@ -79,8 +81,25 @@ struct srv_metrics {
     metrics_reasons rolled_back, retries;
     metrics_hist step_duration, batch_duration, validation_duration;
 
+    /* throttling by signal (metrics_throttle_signals; the last slot is "other") */
+    atomic_ullong throttles[METRICS_THROTTLE_SIGNALS + 1];
+    atomic_ullong throttled_us[METRICS_THROTTLE_SIGNALS + 1];
+    atomic_llong throttled_now[METRICS_THROTTLE_SIGNALS + 1];
+
     atomic_ullong scrape_db_errors;
 };
+
+/* The engine's throttle signals (bf_throttle_verdict.signal and "rate"): a bounded label. */
+static const char *const metrics_throttle_signals[METRICS_THROTTLE_SIGNALS] = {
+    "replica_lag", "lock_waiters", "xact_age", "xid_age", "custom", "rate"};
+
+static int metrics_throttle_index(const char *signal)
+{
+    for (int i = 0; signal != NULL && i < METRICS_THROTTLE_SIGNALS; i++)
+        if (strcmp(signal, metrics_throttle_signals[i]) == 0)
+            return i;
+    return METRICS_THROTTLE_SIGNALS; /* other */
+}
 
 static void metrics_add(atomic_ullong *c, unsigned long long n)
 {
@@ -276,6 +295,19 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
     case BF_EV_DB_CONNECTION_RESTORED:
         metrics_add(&m->db_restored, 1);
         break;
+    case BF_EV_THROTTLE_START: {
+        int i = metrics_throttle_index(rec->reason);
+        metrics_add(&m->throttles[i], 1);
+        atomic_fetch_add_explicit(&m->throttled_now[i], 1, memory_order_relaxed);
+        break;
+    }
+    case BF_EV_THROTTLE_END: {
+        int i = metrics_throttle_index(rec->reason);
+        if (rec->duration_us > 0)
+            metrics_add(&m->throttled_us[i], (unsigned long long)rec->duration_us);
+        atomic_fetch_sub_explicit(&m->throttled_now[i], 1, memory_order_relaxed);
+        break;
+    }
     default:
         break;
     }
@@ -537,6 +569,28 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
                    metrics_get(&m->db_lost));
     metrics_printf(b, "buzz_backfill_database_connection_events_total{event=\"restored\"} %llu\n",
                    metrics_get(&m->db_restored));
+    metrics_head(b, "throttles_total", "counter",
+                 "Times a worker of this process began waiting on a health signal or a "
+                 "rows-per-second ceiling, by signal.");
+    for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++)
+        metrics_printf(b, "buzz_backfill_throttles_total{signal=\"%s\"} %llu\n",
+                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
+                       metrics_get(&m->throttles[i]));
+    metrics_head(b, "throttled_seconds_total", "counter",
+                 "Time this process's workers spent throttled (counted when a throttle ends), by "
+                 "signal.");
+    for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++)
+        metrics_printf(b, "buzz_backfill_throttled_seconds_total{signal=\"%s\"} %.6f\n",
+                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
+                       (double)metrics_get(&m->throttled_us[i]) / 1e6);
+    metrics_head(b, "throttled_workers", "gauge",
+                 "Workers of this process throttled right now, by signal.");
+    for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++) {
+        long long n = atomic_load_explicit(&m->throttled_now[i], memory_order_relaxed);
+        metrics_printf(b, "buzz_backfill_throttled_workers{signal=\"%s\"} %lld\n",
+                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
+                       n > 0 ? n : 0);
+    }
     metrics_head(b, "log_events_total", "counter", "Log records by stable event code.");
     for (int i = 0; i < BF_EV_COUNT; i++)
         metrics_printf(b, "buzz_backfill_log_events_total{event=\"%s\"} %llu\n",

@@ -194,6 +194,8 @@ static bool label_ok(const char *key, const char *v)
                                           "Admin.Validate",  "Admin.Audit",  "Admin.WhoAmI",
                                           "Readiness.Check", "unknown",      NULL};
     static const char *const outcomes[] = {"passed", "failed", "applied", "rejected", NULL};
+    static const char *const signals[] = {"replica_lag", "lock_waiters", "xact_age", "xid_age",
+                                          "custom",      "rate",         "other",    NULL};
     if (strcmp(key, "state") == 0)
         return in_list(v, states);
     if (strcmp(key, "event") == 0) {
@@ -214,6 +216,8 @@ static bool label_ok(const char *key, const char *v)
         return in_list(v, methods);
     if (strcmp(key, "outcome") == 0)
         return in_list(v, outcomes);
+    if (strcmp(key, "signal") == 0)
+        return in_list(v, signals);
     if (strcmp(key, "le") == 0) {
         char *end = NULL;
         (void)strtod(v, &end);
