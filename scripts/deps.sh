@@ -36,6 +36,7 @@ PACKAGES=(
     python3
     curl
     jq
+    systemd
 )
 
 usage()

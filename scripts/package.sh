@@ -49,10 +49,13 @@ rm -f "$OUT"/*.deb
 ls -l "$OUT"/*.deb
 
 # the unit's exposure as systemd rates it (0 best .. 10 worst): fail above 2.0
-if command -v systemd-analyze >/dev/null 2>&1; then
-    systemd-analyze security --offline=yes --threshold=20 \
-        "$ROOT/packaging/systemd/buzz-backfilld.service" | tail -n 1
-fi
+command -v systemd-analyze >/dev/null 2>&1 ||
+    {
+        echo "$PROG: systemd-analyze is not installed (scripts/deps.sh installs systemd)" >&2
+        exit 1
+    }
+systemd-analyze security --offline=yes --threshold=20 \
+    "$ROOT/packaging/systemd/buzz-backfilld.service" | tail -n 1
 
 if ((lint)); then
     if ! command -v lintian >/dev/null 2>&1; then

@@ -16,7 +16,7 @@
 #include "transport.h"
 
 #ifndef BUZZ_VERSION
-#define BUZZ_VERSION "0.1.0"
+#error "BUZZ_VERSION comes from project(VERSION) (server/CMakeLists.txt)"
 #endif
 
 extern char **environ;

@@ -5,14 +5,28 @@
  */
 #include "notify.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 
 #include <systemd/sd-daemon.h>
 
+/* READY=1 was sent: the startup order completed. A reload before that must not claim it. */
+static atomic_bool notify_started;
+
 void srv_notify_ready(const char *status)
 {
+    atomic_store(&notify_started, true);
     sd_notifyf(0, "READY=1\nSTATUS=%s", status != NULL ? status : "serving");
+}
+
+void srv_notify_reloaded(const char *status)
+{
+    if (atomic_load(&notify_started))
+        sd_notifyf(0, "READY=1\nSTATUS=%s", status != NULL ? status : "serving");
+    else
+        srv_notify_status(status);
 }
 
 void srv_notify_status(const char *status)
@@ -22,6 +36,8 @@ void srv_notify_status(const char *status)
 
 void srv_notify_reloading(void)
 {
+    if (!atomic_load(&notify_started))
+        return; /* nothing to reload from the manager's view: it still waits for READY=1 */
     /* MONOTONIC_USEC lets newer managers match the reload with the READY=1 that ends it */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

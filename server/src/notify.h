@@ -16,7 +16,11 @@
 void srv_notify_ready(const char *status);
 /* STATUS= only (a startup phase, "waiting for the database"). */
 void srv_notify_status(const char *status);
+/* RELOADING=1, once READY=1 was sent (before that, nothing). */
 void srv_notify_reloading(void);
+/* The end of a reload: READY=1 with status once the startup order has completed (READY=1 was
+ * sent), else only the status: a SIGHUP during startup must not announce readiness. */
+void srv_notify_reloaded(const char *status);
 void srv_notify_stopping(void);
 /* Microseconds between keep-alives the manager expects (half its WATCHDOG_USEC), 0 when the
  * watchdog is off for this process. */

@@ -125,7 +125,7 @@ bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
         srv_notify_reloading();
         signals_reload_throttle(reload);
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
-        srv_notify_ready(err == BF_OK ? "serving" : "serving; the last reload failed");
+        srv_notify_reloaded(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)
             srv_log_event(BF_LOG_INFO, BF_EV_AUTH_RELOAD,
                           "SIGHUP: trusted keys and revoked tokens reloaded");

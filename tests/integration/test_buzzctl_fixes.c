@@ -183,7 +183,7 @@ static void test_help_and_bad_values_need_no_server(void **state)
     } cases[] = {
         {{"help", NULL}, 0, "commands", NULL},
         {{"help", "audit", NULL}, 0, "example: buzzctl audit", NULL},
-        {{"--version", NULL}, 0, "buzzctl 0.1.0", NULL},
+        {{"--version", NULL}, 0, "buzzctl " BUZZ_PROJECT_VERSION, NULL},
         {{"frobnicate", NULL}, 2, NULL, "unknown command 'frobnicate'"},
         {{"--url", "ipc:///nonexistent/x", "list", "--state", "bogus", NULL},
          2,

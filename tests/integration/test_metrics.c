@@ -339,9 +339,7 @@ static void test_exposition_is_valid_and_bounded(void **state)
     assert_metric(r.body, "buzz_backfill_readiness_known", 1);
     assert_metric(r.body, "buzz_backfill_database_up", 1);
     assert_metric(r.body,
-                  "buzz_backfill_build_info{version=\""
-                  "0.1.0"
-                  "\"}",
+                  "buzz_backfill_build_info{version=\"" BUZZ_PROJECT_VERSION "\"}",
                   1);
     /* what the dispatcher counted */
     assert_metric(r.body, "buzz_backfill_rpc_requests_total{method=\"Admin.Start\",code=\"OK\"}",

@@ -6,7 +6,8 @@
  *   1. READY=1 only once the startup order has completed: with the migration lock held by the
  *      test, the listeners answer and the daemon waits for the lock, but no READY=1 has come;
  *      once the lock is released READY=1 arrives, and by then every definition is registered
- *      (guard: srv_notify_ready() at the end of startup_main, not at the listeners);
+ *      (guard: srv_notify_ready() at the end of startup_main, not at the listeners), also when
+ *      a SIGHUP arrives meanwhile (guard: srv_notify_reloaded sends READY=1 only once started);
  *   2. the watchdog: with WATCHDOG_USEC set, WATCHDOG=1 keep-alives arrive while it serves
  *      (guard: the keep-alive in srv_signals_serve);
  *   3. SIGHUP sends RELOADING=1 then READY=1 (guard: the notifications around the reload);
@@ -129,6 +130,8 @@ static void test_notify_lifecycle(void **state)
         if (now_ms() - t0 > WAIT_MS)
             fail_msg("the daemon never waited for the migration lock");
     }
+    /* a reload meanwhile must not announce readiness either (guard: srv_notify_reloaded) */
+    bd_reload(&d);
     char buf[1024];
     while (notify_recv(buf, sizeof buf, 0))
         if (strstr(buf, "READY=1") != NULL)
