@@ -305,8 +305,8 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             id_w = (int)strlen(id);
     }
     if (wide)
-        printf("%-*s %-10s %-14s %-10s %-9s GEN    CLAIM\n", id_w, "ID", "STATE", "PROGRESS",
-               "RATE", "ETA");
+        printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    CLAIM\n", id_w, "ID",
+               "STATE", "PROGRESS", "RATE", "ETA");
     else
         printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
     for (size_t i = 0; i < shown->n; i++) {
@@ -324,10 +324,15 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             snprintf(rate_s, sizeof rate_s, "%.23s", v.rate);
         /* "~6.0s (est.)" -> "~6.0s": the ~ marks the estimate in the table */
         snprintf(eta, sizeof eta, "%.*s", (int)strcspn(v.eta, " "), v.eta);
-        if (wide)
-            printf("%-*s %-10s %-14s %-10s %-9s %-6s %s", id_w, v.id, v.state, prog, rate_s, eta,
-                   v.generation, v.claim);
-        else
+        if (wide) {
+            /* the size the last worker used, and the signal a throttled one waits on */
+            char batch[16] = "-", signal[16];
+            if (b->has_batch_size_current)
+                snprintf(batch, sizeof batch, "%u", b->batch_size_current);
+            snprintf(signal, sizeof signal, "%.*s", (int)strcspn(v.throttle, ":"), v.throttle);
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %s", id_w, v.id, v.state, prog,
+                   rate_s, eta, v.generation, batch, signal, v.claim);
+        } else
             printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
         putchar('\n');
     }
