@@ -6,8 +6,10 @@
 #
 #   none         pgbench alone (the baseline)
 #   unthrottled  pgbench and the backfill with fixed batches (batch_target_ms = 0)
-#   throttled    pgbench and the backfill with short adaptive batches (batch_target_ms, 20 ms)
-#                and a keys-per-second ceiling at --share of the unthrottled phase's rate
+#   throttled    pgbench and the backfill with short worker steps (--step-ms, 20 ms: the
+#                backfill yields the CPU in small slices), optionally adaptive batches
+#                (--target-ms), and a keys-per-second ceiling at --share of the unthrottled
+#                phase's rate
 #
 # For each it prints OLTP TPS, p50 and p99 latency (from pgbench's per-transaction log) and the
 # backfill's keys per second over the phase, then the ratios the goal is stated in:
@@ -15,7 +17,7 @@
 # (goal >= 0.5). docs/benchmarks.md records runs.
 #
 # Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--share F]
-#        defaults: 3000000 rows, 20 s a phase, 4 clients, 0.6
+#        defaults: 3000000 rows, 20 s a phase, 4 clients, share 0.5, --target-ms 0, --step-ms 20
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -25,7 +27,9 @@ BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ROWS=3000000
 SECONDS_PER_PHASE=20
 CLIENTS=4
-SHARE=0.6
+SHARE=0.5
+TARGET_MS=0
+STEP_MS=20
 ID=demo.events.content_len_v1
 
 while (($#)); do
@@ -34,6 +38,8 @@ while (($#)); do
     --seconds) SECONDS_PER_PHASE="$2"; shift 2 ;;
     --clients) CLIENTS="$2"; shift 2 ;;
     --share) SHARE="$2"; shift 2 ;;
+    --target-ms) TARGET_MS="$2"; shift 2 ;;
+    --step-ms) STEP_MS="$2"; shift 2 ;;
     -h | --help)
         sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
@@ -147,7 +153,8 @@ printf 'coexist: %d s a phase, %d pgbench clients, 2 cores shared by PostgreSQL,
 read -r tps0 p50_0 p99_0 _ < <(phase none "")
 read -r tps1 p50_1 p99_1 rate1 < <(phase unthrottled "batch_target_ms = 0")
 ceiling="$(awk -v r="$rate1" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
-read -r tps2 p50_2 p99_2 rate2 < <(phase throttled "batch_target_ms = 20
+read -r tps2 p50_2 p99_2 rate2 < <(phase throttled "batch_target_ms = $TARGET_MS
+step_ms = $STEP_MS
 max_rows_per_second = $ceiling")
 printf '%-12s %10s %10s %10s %14s\n' phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s"
 printf '%-12s %10s %10s %10s %14s\n' none "$tps0" "$p50_0" "$p99_0" -

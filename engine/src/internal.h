@@ -169,10 +169,11 @@ typedef struct bf_throttle_verdict {
  * set and nothing else tripped). An error only when the database could not be asked. */
 bf_err bf__throttle_check(bf_engine *e, const bf_compiled *c, const bf_throttle_config *cfg,
                           bf_throttle_verdict *out);
-/* keys passed for id: how long (us) the definition's ceiling def_rate and the process's
- * ceiling require the worker to wait now; *rate_out: the ceiling that sets it. */
+/* keys passed for id by a step that started at started_us (monotonic): how long (us) the
+ * definition's ceiling def_rate and the process's ceiling require the worker to wait now;
+ * *rate_out: the ceiling that sets it. */
 int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long keys,
-                          double *rate_out);
+                          int64_t started_us, double *rate_out);
 /* Count the sessions blocked by this session's locks (one bigint). */
 extern const char bf__throttle_blocked_sql[];
 

@@ -240,27 +240,30 @@ static int64_t *throttle_schedule(bf_throttle *t, const char *id)
     return &e->next_us;
 }
 
-/* Move a schedule by keys at rate from now; the wait until it allows the next key. */
-static int64_t throttle_advance(int64_t *next_us, double rate, long keys, int64_t now_us)
+/* Move a schedule by keys at rate: they began to pass at started_us (the step's start; a
+ * schedule already past it starts from where it is), so the time the step took counts; the
+ * wait from now until it allows the next key. */
+static int64_t throttle_advance(int64_t *next_us, double rate, long keys, int64_t started_us,
+                                int64_t now_us)
 {
     if (rate <= 0 || next_us == NULL)
         return 0;
-    if (*next_us < now_us)
-        *next_us = now_us;
+    if (*next_us < started_us)
+        *next_us = started_us;
     *next_us += (int64_t)((double)keys * 1e6 / rate);
-    return *next_us - now_us;
+    return *next_us > now_us ? *next_us - now_us : 0;
 }
 
 int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long keys,
-                          double *rate_out)
+                          int64_t started_us, double *rate_out)
 {
     *rate_out = 0;
     if (t == NULL || keys <= 0)
         return 0;
     int64_t now = bf__monotonic_us();
     pthread_mutex_lock(&t->mtx);
-    int64_t wait_def = throttle_advance(throttle_schedule(t, id), def_rate, keys, now);
-    int64_t wait_all = throttle_advance(&t->daemon_next_us, t->daemon_rate, keys, now);
+    int64_t wait_def = throttle_advance(throttle_schedule(t, id), def_rate, keys, started_us, now);
+    int64_t wait_all = throttle_advance(&t->daemon_next_us, t->daemon_rate, keys, started_us, now);
     double rate = wait_def >= wait_all ? def_rate : t->daemon_rate;
     pthread_mutex_unlock(&t->mtx);
     *rate_out = rate;

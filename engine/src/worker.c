@@ -299,6 +299,17 @@ bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
     return err;
 }
 
+/* A fenced renewal matched nothing: the claim is gone (a pause, a takeover, its expiry). */
+static bf_err worker_claim_gone(bf_worker *w)
+{
+    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
+    rec.reason = "lost";
+    bf__log_event(w->e, &rec, "lost claim on %s at generation %lld", w->id,
+                  (long long)w->generation);
+    worker_drop_claim(w);
+    return bf__diag(w->e, BF_ERR_STALE, "claim is no longer current");
+}
+
 bf_err bf_worker_renew(bf_worker *w)
 {
     if (w == NULL || !w->has_claim)
@@ -321,14 +332,8 @@ bf_err bf_worker_renew(bf_worker *w)
         return err;
     int n = PQntuples(r);
     PQclear(r);
-    if (n == 0) {
-        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
-        rec.reason = "lost";
-        bf__log_event(e, &rec, "lost claim on %s at generation %lld", w->id,
-                      (long long)w->generation);
-        worker_drop_claim(w);
-        return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
-    }
+    if (n == 0)
+        return worker_claim_gone(w);
     bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_CLAIM_RENEWED);
     bf__log_event(e, &rec, "renewed %s at generation %lld", w->id, (long long)w->generation);
     return BF_OK;
@@ -945,14 +950,8 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
         return err;
     int n = PQntuples(r);
     PQclear(r);
-    if (n == 0) {
-        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
-        rec.reason = "lost";
-        bf__log_event(e, &rec, "lost claim on %s at generation %lld", w->id,
-                      (long long)w->generation);
-        worker_drop_claim(w);
-        return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
-    }
+    if (n == 0)
+        return worker_claim_gone(w);
     w->size_written = w->size;
     if (!same_signal && w->throttle_signal[0]) {
         bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
@@ -1044,8 +1043,9 @@ static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_i
 /* After a step's batches: the next adaptive size (halved when a batch blocked lock_waiters or
  * more sessions), then the rows-per-second ceilings. */
 static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
-                                 const loop_result *done, int64_t elapsed_us, bf_step_info *info)
+                                 const loop_result *done, int64_t started_us, bf_step_info *info)
 {
+    int64_t elapsed_us = bf__monotonic_us() - started_us;
     int declared = w->c->def->batch_size;
     w->size = bf_throttle_next_size(cfg, declared, w->size, done->batches, elapsed_us);
     if (cfg->lock_waiters > 0 && done->waiters >= cfg->lock_waiters) {
@@ -1057,8 +1057,8 @@ static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
         return step_throttled(w, "lock_waiters", value, cfg->wait_ms, info);
     }
     double rate = 0;
-    int64_t wait_us =
-        bf__throttle_pass(w->e->throttle, w->id, cfg->max_rows_per_second, done->rows, &rate);
+    int64_t wait_us = bf__throttle_pass(w->e->throttle, w->id, cfg->max_rows_per_second, done->rows,
+                                        started_us, &rate);
     if (wait_us > 1000) {
         char value[64];
         bf__format(value, sizeof value, "%.0f rows/s", rate);
@@ -1134,7 +1134,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
     if (t == NULL)
         return BF_OK;
-    return step_after_batches(w, &cfg, &done, bf__monotonic_us() - started_us, info);
+    return step_after_batches(w, &cfg, &done, started_us, info);
 }
 
 static bf_err renew_gate(void *arg)

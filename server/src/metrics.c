@@ -93,6 +93,11 @@ struct srv_metrics {
 static const char *const metrics_throttle_signals[METRICS_THROTTLE_SIGNALS] = {
     "replica_lag", "lock_waiters", "xact_age", "xid_age", "custom", "rate"};
 
+static const char *metrics_throttle_label(int i)
+{
+    return i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other";
+}
+
 static int metrics_throttle_index(const char *signal)
 {
     for (int i = 0; signal != NULL && i < METRICS_THROTTLE_SIGNALS; i++)
@@ -574,22 +579,19 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
                  "rows-per-second ceiling, by signal.");
     for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++)
         metrics_printf(b, "buzz_backfill_throttles_total{signal=\"%s\"} %llu\n",
-                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
-                       metrics_get(&m->throttles[i]));
+                       metrics_throttle_label(i), metrics_get(&m->throttles[i]));
     metrics_head(b, "throttled_seconds_total", "counter",
                  "Time this process's workers spent throttled (counted when a throttle ends), by "
                  "signal.");
     for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++)
         metrics_printf(b, "buzz_backfill_throttled_seconds_total{signal=\"%s\"} %.6f\n",
-                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
-                       (double)metrics_get(&m->throttled_us[i]) / 1e6);
+                       metrics_throttle_label(i), (double)metrics_get(&m->throttled_us[i]) / 1e6);
     metrics_head(b, "throttled_workers", "gauge",
                  "Workers of this process throttled right now, by signal.");
     for (int i = 0; i <= METRICS_THROTTLE_SIGNALS; i++) {
         long long n = atomic_load_explicit(&m->throttled_now[i], memory_order_relaxed);
         metrics_printf(b, "buzz_backfill_throttled_workers{signal=\"%s\"} %lld\n",
-                       i < METRICS_THROTTLE_SIGNALS ? metrics_throttle_signals[i] : "other",
-                       n > 0 ? n : 0);
+                       metrics_throttle_label(i), n > 0 ? n : 0);
     }
     metrics_head(b, "log_events_total", "counter", "Log records by stable event code.");
     for (int i = 0; i < BF_EV_COUNT; i++)
