@@ -14,6 +14,9 @@
 # build) on 20000 rows in a private database of BUZZ_TEST_PG_URL with the binaries of
 # <build-dir>: buzz-backfilld, buzzctl tokens, controls, refusals, audit, SIGTERM; demo.sh
 # checks the rows, the lifecycle and the claims in PostgreSQL and exits 0 only when all hold.
+# The daemon logs JSON (--json-logs): every line of its log must be a JSON object with time,
+# level and event, and none may contain a seeded event's content (issue 9: logs carry no row
+# values).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,16 +33,40 @@ else
 fi
 
 if [[ "${1:-}" == --service ]]; then
+    # shellcheck source=scripts/db-url.sh
+    . "$HERE/../../scripts/db-url.sh"
     BUILD_DIR="${2:?usage: smoke.sh --service <build-dir>}"
     LOG="$(mktemp "${TMPDIR:-/tmp}/buzz-demo-smoke.XXXXXX")"
     rc=0
-    timeout -s TERM 120 "$HERE/../../scripts/demo.sh" --no-deps --no-build \
+    timeout -s TERM 120 "$HERE/../../scripts/demo.sh" --no-deps --no-build --json-logs \
         --build-dir "$BUILD_DIR" --rows 20000 --pg-url "$URL" --db "$DB" >"$LOG" 2>&1 || rc=$?
     cat "$LOG"
     demo_dir="$(sed -n 's/^  demo files: *\([^ ]*\) .*/\1/p' "$LOG")"
     ok=0
     grep -q "^DEMO OK" "$LOG" && ok=1
     rm -f "$LOG"
+    # every line the daemon logged in the whole demo is a JSON object with time, level and
+    # event, and no row value is in it: the content of a few seeded events (long enough to be
+    # unmistakable) is searched for in the log
+    daemon_log="$demo_dir/buzz-backfilld.log"
+    if ((ok)) && [[ -s "$daemon_log" ]]; then
+        if ! jq -e -s 'all(type == "object" and has("time") and has("level") and has("event"))' \
+            "$daemon_log" >/dev/null; then
+            echo "smoke.sh: FAILED: a daemon log line is not a JSON object with time, level, event" >&2
+            ok=0
+        fi
+        while IFS= read -r value; do
+            if [[ -n "$value" ]] && grep -qF -- "$value" "$daemon_log"; then
+                echo "smoke.sh: FAILED: the daemon log contains a row value" >&2
+                ok=0
+            fi
+        done < <(PGOPTIONS="-c client_min_messages=warning" "$PSQL" -X -qtA -d "$(buzz_db_url "$URL" "$DB")" \
+            -c "SELECT content FROM demo.events WHERE length(content) >= 24 ORDER BY id LIMIT 5")
+        echo "smoke.sh: $(wc -l <"$daemon_log") daemon log lines, all JSON, no row value"
+    elif ((ok)); then
+        echo "smoke.sh: FAILED: no daemon log at $daemon_log" >&2
+        ok=0
+    fi
     PGOPTIONS="-c client_min_messages=warning" "$PSQL" -X -q -d "$URL" \
         -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" || true
     if ((rc != 0 || !ok)); then

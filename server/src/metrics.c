@@ -73,7 +73,8 @@ struct srv_metrics {
     /* events */
     atomic_ullong events[BF_EV_COUNT];
     atomic_ullong claims[CLAIM_KINDS];
-    atomic_ullong batches_committed, batches_fenced_out, rows_changed, keys_passed;
+    atomic_ullong batches_attempted, batches_committed, batches_fenced_out, rows_changed,
+        keys_passed;
     atomic_ullong checkpoint_advances, bound_reached, blocked, failed;
     atomic_ullong validations_passed, validations_failed;
     atomic_ullong actions_applied, actions_rejected;
@@ -250,6 +251,7 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         break;
     case BF_EV_BATCH_COMMITTED:
         if (rec->batches > 0) {
+            metrics_add(&m->batches_attempted, (unsigned long long)rec->batches);
             metrics_add(&m->batches_committed, (unsigned long long)rec->batches);
             metrics_add(&m->checkpoint_advances, 1);
             if (rec->duration_us >= 0)
@@ -266,6 +268,7 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         metrics_add(&m->batches_fenced_out, 1);
         break;
     case BF_EV_BATCH_ROLLED_BACK:
+        metrics_add(&m->batches_attempted, 1);
         metrics_reason_add(&m->rolled_back, rec->reason, 1);
         break;
     case BF_EV_ATTEMPT_RETRY:
@@ -531,6 +534,9 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
     for (int i = 0; i < CLAIM_KINDS; i++)
         metrics_printf(b, "buzz_backfill_claims_total{event=\"%s\"} %llu\n", metrics_claim_names[i],
                        metrics_get(&m->claims[i]));
+    metrics_counter(b, "batches_attempted_total",
+                    "Batches this process's workers began: committed plus rolled back.",
+                    &m->batches_attempted);
     metrics_counter(b, "batches_committed_total", "Batches committed by this process's workers.",
                     &m->batches_committed);
     metrics_counter(b, "batches_fenced_out_total",

@@ -338,9 +338,7 @@ static void test_exposition_is_valid_and_bounded(void **state)
     assert_metric(r.body, "buzz_backfill_ready", 1);
     assert_metric(r.body, "buzz_backfill_readiness_known", 1);
     assert_metric(r.body, "buzz_backfill_database_up", 1);
-    assert_metric(r.body,
-                  "buzz_backfill_build_info{version=\"" BUZZ_PROJECT_VERSION "\"}",
-                  1);
+    assert_metric(r.body, "buzz_backfill_build_info{version=\"" BUZZ_PROJECT_VERSION "\"}", 1);
     /* what the dispatcher counted */
     assert_metric(r.body, "buzz_backfill_rpc_requests_total{method=\"Admin.Start\",code=\"OK\"}",
                   1);
@@ -482,6 +480,13 @@ static void test_counters_reconcile_after_takeover(void **state)
     assert_metric(r.body, "buzz_backfill_stored_rows_changed", (double)rows);
     assert_true(metric(r.body, "buzz_backfill_claims_total{event=\"takeover\"}") >= 1);
     assert_true(metric(r.body, "buzz_backfill_batches_fenced_out_total") >= 1);
+    /* attempted = committed + rolled back (the fenced-out batch rolled back) */
+    double rolled = 0;
+    for (const char *p = strstr(r.body, "\nbuzz_backfill_batches_rolled_back_total{"); p != NULL;
+         p = strstr(p + 1, "\nbuzz_backfill_batches_rolled_back_total{"))
+        rolled += strtod(strchr(p, '}') + 1, NULL);
+    assert_true(rolled >= 1);
+    assert_metric(r.body, "buzz_backfill_batches_attempted_total", (double)batches + rolled);
     assert_metric(r.body, "buzz_backfill_validations_total{outcome=\"passed\"}", 1);
     /* the audit trail: what B applied since A died (the pause and the resume) */
     assert_metric(r.body, "buzz_backfill_actions_total{outcome=\"applied\"}",
