@@ -27,7 +27,9 @@
  *     (test_long_checkpoint_blocks);
  *   - add_loop_last's row_number() form for single bytea and uuid keys, which have no max()
  *     (test_bytea_and_uuid_keys_complete);
- *   - engine_describe: no DETAIL and no class 22 message in the log (test_logs_carry_no_row_data).
+ *   - engine_describe: no DETAIL and no class 22 message in the log (test_logs_carry_no_row_data);
+ *   - statements built with the string builder, never cut to a fixed buffer: kilobytes of
+ *     definition fragments run to completion (test_long_definition_completes).
  *
  * Waits are on observable conditions (pg_locks, pg_stat_activity, the row), with deadlines;
  * the only waits on the clock are for leases to expire, which is what is being tested.
@@ -707,6 +709,47 @@ static void test_bytea_and_uuid_keys_complete(void **state)
     finish(admin, reg);
 }
 
+/* Item 5: statements are built with the string builder, never cut to a fixed buffer: a
+ * definition whose fragments are several kilobytes long (a long needs_repair, update_set and
+ * postcondition, as a generated definition may have) registers, runs through the batch loop,
+ * the worker's transitions and validation, and completes. Before, a fixed-size buffer cut such a
+ * statement with "..." into a syntax error and a failed backfill. */
+static void test_long_definition_completes(void **state)
+{
+    (void)state;
+    static char repair[8192], set[8192], post[8192];
+    int n = snprintf(repair, sizeof repair, "t.fixed IS NULL");
+    int m = snprintf(set, sizeof set, "fixed = t.val * 2");
+    int k = snprintf(post, sizeof post, "t.fixed = t.val * 2");
+    for (int i = 0; i < 150; i++) {
+        n += snprintf(repair + n, sizeof repair - (size_t)n, " AND (t.val >= 0 OR t.val < %d)", i);
+        m += snprintf(set + m, sizeof set - (size_t)m, " + 0 * %d", i);
+        k += snprintf(post + k, sizeof post - (size_t)k, " AND (t.val >= 0 OR t.val < %d)", i);
+    }
+    assert_true(n > 4000 && m > 1000 && k > 4000);
+    bf_definition def = {.id = "live.long_v1",
+                         .table = ITEMS,
+                         .key = {{"id", BF_KEY_BIGINT}},
+                         .nkey = 1,
+                         .batch_size = 40,
+                         .needs_repair = repair,
+                         .update_set = set,
+                         .postcondition = post};
+    const bf_definition *const defs[] = {&def};
+    bf_engine *admin = NULL;
+    bf_registry *reg = fresh(&admin, defs, 1);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, admin, NULL), BF_OK);
+    assert_int_equal(bf_worker_run(w, true), BF_OK);
+    bf_worker_free(w);
+    bf_backfill row = bt_get(admin, "live.long_v1");
+    assert_int_equal(row.state, BF_STATE_COMPLETED);
+    assert_string_equal(row.error_class, "");
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM " ITEMS " WHERE fixed = val * 2"),
+                     ITEMS_ROWS);
+    finish(admin, reg);
+}
+
 static void test_logs_carry_no_row_data(void **state)
 {
     (void)state;
@@ -772,6 +815,7 @@ int main(void)
         CASE(test_notices_and_outage_go_to_the_log),
         CASE(test_long_checkpoint_blocks),
         CASE(test_bytea_and_uuid_keys_complete),
+        CASE(test_long_definition_completes),
         CASE(test_logs_carry_no_row_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
