@@ -16,7 +16,8 @@ Builds (build/, RelWithDebInfo) unless --no-build, starts the private PostgreSQL
 (scripts/pg.sh) unless it runs already, and runs tests/robustness in soak mode: rounds of a
 fresh database, two daemons and two non-idempotent backfills, each round a random series of
 faults (SIGKILL or SIGSTOP of the claim owner in a batch, before or during a fence, in
-validation; immediate PostgreSQL restarts). After every round it prints the running totals:
+validation; immediate PostgreSQL restarts; slow readers and a connection flood against a
+daemon). After every round it prints the running totals:
 
   robustness: R rounds, T trials
   faults: kill-batch=... stop-batch=... ...
