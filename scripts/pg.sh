@@ -370,7 +370,7 @@ cmd_start()
         fi
         # Lost a race for the port? Then try another one.
         if tail -c +"$((log_size + 1))" "$LOG" 2>/dev/null |
-            grep -qE 'could not (bind|create listen socket)|Address already in use'; then
+            grep -E 'could not (bind|create listen socket)|Address already in use' >/dev/null; then
             note "port $port got taken, retrying"
             prev=""
             continue

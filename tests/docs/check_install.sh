@@ -41,7 +41,11 @@ fi
 # a sanitizer build (scripts/test.sh's asan stage) installs instrumented libraries: build the
 # program the same way, or the sanitizer runtime refuses to start
 sanitize=()
-ldd "$lib" | grep -q libasan && sanitize=(-fsanitize=address,undefined)
+# (grep reads all of ldd's output: with -q it could exit first, and pipefail would then take
+# ldd's SIGPIPE for "no sanitizer")
+if ldd "$lib" | grep libasan >/dev/null; then
+    sanitize=(-fsanitize=address,undefined)
+fi
 export PKG_CONFIG_PATH="${pc%/*}"
 flags="$(pkg-config --define-variable=prefix="$prefix" --cflags --libs libbuzz-backfill-client)"
 # shellcheck disable=SC2086
