@@ -67,6 +67,9 @@ struct bf_worker {
     char throttle_value[64];
     int64_t checked_us;
     int64_t throttled_us;
+    /* when this worker last knew its claim extended (claimed, a fence committed, renewed): a
+     * throttled worker renews once a third of the lease has passed since */
+    int64_t extended_us;
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -74,8 +77,11 @@ static void worker_param_int(char *buf, size_t cap, long long v)
     bf__format(buf, cap, "%lld", v);
 }
 
+static void worker_throttle_end(bf_worker *w);
+
 static void worker_drop_claim(bf_worker *w)
 {
+    worker_throttle_end(w); /* a claim that ends ends its throttle */
     w->has_claim = false;
     if (w->validation_locked) {
         bf__validation_unlock(w->e, w->id);
@@ -100,6 +106,19 @@ static bf_log_record worker_record(const bf_worker *w, bf_log_level level, bf_ev
     if (w->step_started_us > 0)
         rec.duration_us = bf__monotonic_us() - w->step_started_us;
     return rec;
+}
+
+/* throttle.end for a throttle in progress (its signal cleared): the signal changed, or the
+ * claim that waited on it ended. */
+static void worker_throttle_end(bf_worker *w)
+{
+    if (w->throttle_signal[0] == '\0')
+        return;
+    bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
+    rec.reason = w->throttle_signal;
+    rec.duration_us = bf__monotonic_us() - w->throttled_us;
+    bf__log_event(w->e, &rec, "%s: no longer throttled by %s", w->id, w->throttle_signal);
+    w->throttle_signal[0] = w->throttle_value[0] = '\0';
 }
 
 /* The bounded reason of a failure: "stop" when a stop cancelled it, "fence" for a stale owner,
@@ -233,6 +252,7 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     w->size = w->size_written = bf__isnull(r, 0, 12) ? 0 : (int)bf__field_i64(r, 0, 12);
     w->throttle_signal[0] = w->throttle_value[0] = '\0';
     w->checked_us = w->throttled_us = 0;
+    w->extended_us = bf__monotonic_us();
     err = bf__key_field(e, w->bound, r, 0, 2);
     if (err == BF_OK)
         err = bf__key_field(e, w->checkpoint, r, 0, 4);
@@ -334,6 +354,7 @@ bf_err bf_worker_renew(bf_worker *w)
     PQclear(r);
     if (n == 0)
         return worker_claim_gone(w);
+    w->extended_us = bf__monotonic_us();
     bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_CLAIM_RENEWED);
     bf__log_event(e, &rec, "renewed %s at generation %lld", w->id, (long long)w->generation);
     return BF_OK;
@@ -953,12 +974,9 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
     if (n == 0)
         return worker_claim_gone(w);
     w->size_written = w->size;
-    if (!same_signal && w->throttle_signal[0]) {
-        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
-        rec.reason = w->throttle_signal;
-        rec.duration_us = bf__monotonic_us() - w->throttled_us;
-        bf__log_event(e, &rec, "%s: no longer throttled by %s", w->id, w->throttle_signal);
-    }
+    w->extended_us = bf__monotonic_us();
+    if (!same_signal)
+        worker_throttle_end(w);
     if (!same_signal && signal[0]) {
         w->throttled_us = bf__monotonic_us();
         bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_START);
@@ -970,23 +988,29 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
     return BF_OK;
 }
 
-/* Wait ms holding the claim (renewed every third of the lease, with the throttle state) and no
- * row lock; a stop ends the wait at once. BF_ERR_STALE when the claim was lost meanwhile. */
+/* Wait ms holding the claim and no row lock; a stop ends the wait at once. A throttle can
+ * outlast the lease over many waits, so the claim is renewed (with the throttle state)
+ * whenever a third of the lease has passed since it was last extended; without that a sibling
+ * would take over a working owner and count an attempt. BF_ERR_STALE when the claim is gone. */
 static bf_err worker_throttle_wait(bf_worker *w, int64_t ms)
 {
     int64_t until = bf__monotonic_us() + ms * 1000;
     for (;;) {
-        int64_t left = (until - bf__monotonic_us()) / 1000;
-        if (left <= 0 || atomic_load(&w->stop))
+        int64_t now = bf__monotonic_us();
+        int64_t renew_at = w->extended_us + (int64_t)w->e->lease_ms * 1000 / 3;
+        if (atomic_load(&w->stop))
             return BF_OK;
-        int chunk = (int)(left < w->e->lease_ms / 3 ? left : w->e->lease_ms / 3);
+        if (now >= renew_at) {
+            bf_err err = worker_observe(w, w->throttle_signal, w->throttle_value, true);
+            if (err != BF_OK)
+                return err;
+            continue;
+        }
+        if (now >= until)
+            return BF_OK;
+        int64_t next = until < renew_at ? until : renew_at;
         struct pollfd pfd = {.fd = w->wake[0], .events = POLLIN};
-        (void)poll(&pfd, 1, chunk > 0 ? chunk : 1);
-        if (atomic_load(&w->stop) || bf__monotonic_us() >= until)
-            return BF_OK;
-        bf_err err = worker_observe(w, w->throttle_signal, w->throttle_value, true);
-        if (err != BF_OK)
-            return err;
+        (void)poll(&pfd, 1, (int)((next - now + 999) / 1000));
     }
 }
 
@@ -1122,7 +1146,9 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
         return BF_OK;
     }
-    /* batches committed (when they reached the end, the next step finds none left) */
+    /* batches committed (when they reached the end, the next step finds none left); their
+     * fence extended the claim, at the latest from the step's start */
+    w->extended_us = started_us;
     w->has_checkpoint = true;
     bf__copy(w->checkpoint, sizeof w->checkpoint, cp);
     worker_report_committed(w, done.batches, done.rows, done.touched);

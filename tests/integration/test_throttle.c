@@ -11,6 +11,8 @@
  *   the row shows signal "custom" and since when; the waiting worker's session is idle (no
  *   transaction, no lock on the table); a stop ends the wait at once; with the flag off the
  *   next step runs batches and the row's throttle fields are cleared (worker_observe).
+ * - test_long_throttle_keeps_its_claim: step_throttled's renewal: a throttle over three leases
+ *   in short waits keeps the claim (same generation, no attempt counted).
  * - test_waiters_on_the_table: the lock_waiters signal's count of sessions waiting on the
  *   target table: a session blocked on a row another session locked makes the step wait.
  * - test_batch_that_blocks_shrinks: the count of sessions a batch blocks, taken inside the
@@ -219,6 +221,39 @@ static void test_custom_query_trips_and_releases(void **state)
     finish_and_check(reader, w, "thr.custom_v1", "thr_custom");
     bf_worker_free(w);
     bf_engine_close(reader);
+    bf_engine_close(e);
+    PQfinish(c);
+}
+
+/* A throttle that lasts many leases, in many short waits, keeps its claim: the worker renews it
+ * once a third of the lease has passed (worker.c step_throttled). Without that the claim would
+ * expire while its holder still works, a sibling would take it over and count an attempt, and
+ * a long throttle would end in failed. */
+static void test_long_throttle_keeps_its_claim(void **state)
+{
+    (void)state;
+    /* (thr.rate_v1 commits nothing here: test_rate_ceilings runs it later) */
+    bf_throttle_config cfg = {.custom_sql = "SELECT true", .wait_ms = 20, .check_ms = 1};
+    configure("thr.rate_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-long", 600); /* a lease of 600 ms */
+    bf_worker *w = bt_claimed_worker(e, "thr.rate_v1");
+    int64_t gen = bt_get(e, "thr.rate_v1").generation;
+    PGconn *c = bt_connect();
+    /* at least three leases of throttled steps, measured by PostgreSQL's clock */
+    long long t0 = bt_int(c, "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+    while (bt_int(c, "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint") - t0 < 1800) {
+        bf_step_info info;
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        assert_int_equal(info.step, BF_STEP_THROTTLED);
+    }
+    bf_backfill row = bt_get(e, "thr.rate_v1");
+    assert_true(row.claimed); /* PostgreSQL says the claim is still valid */
+    assert_int_equal(row.generation, gen);
+    assert_int_equal(row.attempts, 0);
+    assert_string_equal(row.throttle_signal, "custom");
+    cfg.custom_sql = NULL;
+    configure("thr.rate_v1", &cfg, 0);
+    bf_worker_free(w);
     bf_engine_close(e);
     PQfinish(c);
 }
@@ -500,6 +535,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_custom_query_trips_and_releases),
+        cmocka_unit_test(test_long_throttle_keeps_its_claim),
         cmocka_unit_test(test_waiters_on_the_table),
         cmocka_unit_test(test_batch_that_blocks_shrinks),
         cmocka_unit_test(test_size_converges),

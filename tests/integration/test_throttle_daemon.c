@@ -10,7 +10,9 @@
  *   too and never completes;
  * - convert.c convert_throttle and projection.c's throttle branch: Admin.Get and buzzctl get
  *   show the signal, its value and since when;
- * - metrics.c throttle events: throttled_workers{signal="custom"} is 1 while it waits;
+ * - metrics.c throttle events: throttled_workers{signal="custom"} is 1 while it waits, and 0
+ *   again once a pause ends the claim it waited with (worker.c worker_drop_claim's
+ *   throttle.end) and once it completes;
  * - startup.c signals_reload_throttle: a refused file (batch_min above batch_max) keeps the
  *   previous settings (still throttled, config.reload_failed logged), a valid one releases the
  *   backfill, which then completes with every row applied exactly once.
@@ -64,6 +66,24 @@ static void reconfigure(const char *lines, const char *logged)
     bd_wait_log(&d, logged);
 }
 
+/* Wait (at most 10 s) until /metrics shows the custom signal's gauge and counter at these
+ * values. */
+static void wait_metrics(int port, const char *workers, const char *total)
+{
+    char g[128], t[128];
+    snprintf(g, sizeof g, "buzz_backfill_throttled_workers{signal=\"custom\"} %s\n", workers);
+    snprintf(t, sizeof t, "buzz_backfill_throttles_total{signal=\"custom\"} %s\n", total);
+    for (int i = 0; i < 200; i++) {
+        th_response r = th_get("127.0.0.1", port, "/metrics");
+        bool seen = r.status == 200 && strstr(r.body, g) != NULL && strstr(r.body, t) != NULL;
+        th_response_fini(&r);
+        if (seen)
+            return;
+        bd_sleep_ms(50);
+    }
+    fail_msg("/metrics never showed %s and %s", g, t);
+}
+
 static void test_throttled_through_the_daemon(void **state)
 {
     (void)state;
@@ -79,6 +99,7 @@ static void test_throttled_through_the_daemon(void **state)
     o.definitions = "rob";
     o.auto_migrate = true;
     o.workers = 2;
+    o.lease_ms = 3000; /* a throttled worker renews every second */
     o.extra = extra;
     bd_start(&d, &o);
     bfc_client *c = bd_client(d.ipc_url, NULL, 10000, 2);
@@ -119,17 +140,17 @@ static void test_throttled_through_the_daemon(void **state)
     if (strstr(out, "throttled:   custom: true, ") == NULL)
         fail_msg("buzzctl get does not show the throttle:\n%s", out);
     /* and the metrics */
-    bool seen = false;
-    for (int i = 0; i < 100 && !seen; i++) {
-        th_response r = th_get("127.0.0.1", port, "/metrics");
-        seen = r.status == 200 &&
-               strstr(r.body, "buzz_backfill_throttled_workers{signal=\"custom\"} 1\n") != NULL &&
-               strstr(r.body, "buzz_backfill_throttles_total{signal=\"custom\"} 1\n") != NULL;
-        th_response_fini(&r);
-        if (!seen)
-            bd_sleep_ms(50);
-    }
-    assert_true(seen);
+    wait_metrics(port, "1", "1");
+    /* a claim that ends ends its throttle: paused while it waits, the worker's renewal finds
+     * the claim gone and throttle.end brings the gauge back (worker.c worker_drop_claim);
+     * resumed, it is throttled again */
+    bd_control_resp *cr = NULL;
+    assert_int_equal(bd_control(c, "Pause", "rob.decl_v1", &cr), BD_SC(OK));
+    bd_free(cr);
+    wait_metrics(port, "0", "1");
+    assert_int_equal(bd_control(c, "Resume", "rob.decl_v1", &cr), BD_SC(OK));
+    bd_free(cr);
+    wait_metrics(port, "1", "2");
 
     /* a refused reload keeps the previous settings: still throttled */
     reconfigure("batch_min = 50\nbatch_max = 10", "configuration refused");
@@ -143,6 +164,7 @@ static void test_throttled_through_the_daemon(void **state)
     g = bd_wait_state(c, "rob.decl_v1", BD_ST(COMPLETED));
     assert_null(g->backfill->throttle);
     bd_free(g);
+    wait_metrics(port, "0", "2");
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rob_decl WHERE counter <> 1"), 0);
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rob_cb WHERE counter <> 1"), 0);
     bfc_close(c);
