@@ -342,7 +342,6 @@ static char *compile_loop(const bf_definition *d, size_t index)
                    "  lim integer := p_limit;\n"
                    "  size integer := least(p_size, p_limit);\n"
                    "  watch integer := p_watch;\n"
-                   "  blocked bigint;\n"
                    "  lease integer := p_lease_ms;\n"
                    "  n bigint;\n"
                    "  touched bigint;\n"
@@ -380,16 +379,15 @@ static char *compile_loop(const bf_definition *d, size_t index)
     bf__strbuf_add(&sb, ");\n"
                         "    GET DIAGNOSTICS bf.fenced = ROW_COUNT;\n"
                         "    PERFORM buzz_backfill.batch_verdict(bf.n, bf.touched, bf.fenced,"
-                        " bf.lim);\n"
-                        /* lock_waiters throttling: sessions this batch blocks, before they
-                           are released by the COMMIT (throttle.c bf__throttle_blocked_sql) */
-                        "    IF bf.watch > 0 THEN\n"
-                        "      SELECT count(*) INTO bf.blocked FROM pg_stat_activity a"
-                        " WHERE a.wait_event_type = 'Lock'"
-                        " AND pg_backend_pid() = ANY (pg_blocking_pids(a.pid));\n"
-                        "      waiters := greatest(waiters, bf.blocked);\n"
-                        "    END IF;\n"
-                        "    COMMIT;\n"
+                        " bf.lim);\n");
+    /* lock_waiters throttling: the sessions this batch blocks, counted before the COMMIT
+     * releases them, by the same query the callback batch runs */
+    bf__strbuf_addf(&sb,
+                    "    IF bf.watch > 0 THEN\n"
+                    "      waiters := greatest(waiters, (%s));\n"
+                    "    END IF;\n",
+                    bf__throttle_blocked_sql);
+    bf__strbuf_add(&sb, "    COMMIT;\n"
                         "    bf.has_cp := true;\n"
                         "    bf.cp := bf.next_cp;\n"
                         "    checkpoint := bf.next_cp;\n");

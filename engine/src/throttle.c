@@ -37,8 +37,13 @@ typedef struct throttle_entry {
     char id[BF_ID_MAX + 1];
     bf_throttle_config cfg; /* custom_sql points into sql */
     char *sql;
-    int64_t next_us; /* the definition's ceiling: when its next key may pass */
 } throttle_entry;
+
+/* A definition's ceiling: when its next key may pass. */
+typedef struct throttle_schedule_entry {
+    char id[BF_ID_MAX + 1];
+    int64_t next_us;
+} throttle_schedule_entry;
 
 struct bf_throttle {
     pthread_mutex_t mtx;
@@ -47,7 +52,8 @@ struct bf_throttle {
     size_t n_over;
     double daemon_rate;
     int64_t daemon_next_us;
-    throttle_entry *rates; /* ceilings' schedules by id (kept across reloads) */
+    throttle_schedule_entry *rates; /* by id, made when a ceiling is first used; kept across
+                                       reloads */
     size_t n_rates, cap_rates;
 };
 
@@ -95,9 +101,10 @@ static bf_err throttle_check_config(const bf_throttle_config *c, const char *who
         return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
                            "%s: batch_min %d is above batch_max %d", who, c->batch_min,
                            c->batch_max);
-    if (c->custom_sql != NULL && strlen(c->custom_sql) > 4000)
+    if (c->custom_sql != NULL && strlen(c->custom_sql) >= BF_THROTTLE_SQL_MAX)
         return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
-                           "%s: the custom throttle query is longer than 4000 bytes", who);
+                           "%s: the custom throttle query is %d bytes or longer", who,
+                           BF_THROTTLE_SQL_MAX);
     return BF_OK;
 }
 
@@ -221,20 +228,22 @@ int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size,
 }
 
 /* The schedule of id's ceiling (created on first use; NULL without memory). Locked. */
-static int64_t *throttle_schedule(bf_throttle *t, const char *id)
+static int64_t *throttle_schedule(bf_throttle *t, const char *id, double rate)
 {
+    if (rate <= 0)
+        return NULL; /* no ceiling: nothing to schedule */
     for (size_t i = 0; i < t->n_rates; i++)
         if (strcmp(t->rates[i].id, id) == 0)
             return &t->rates[i].next_us;
     if (t->n_rates == t->cap_rates) {
         size_t cap = t->cap_rates ? t->cap_rates * 2 : 8;
-        throttle_entry *v = realloc(t->rates, cap * sizeof *v);
+        throttle_schedule_entry *v = realloc(t->rates, cap * sizeof *v);
         if (v == NULL)
             return NULL;
         t->rates = v;
         t->cap_rates = cap;
     }
-    throttle_entry *e = &t->rates[t->n_rates++];
+    throttle_schedule_entry *e = &t->rates[t->n_rates++];
     memset(e, 0, sizeof *e);
     bf__copy(e->id, sizeof e->id, id);
     return &e->next_us;
@@ -262,7 +271,8 @@ int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long 
         return 0;
     int64_t now = bf__monotonic_us();
     pthread_mutex_lock(&t->mtx);
-    int64_t wait_def = throttle_advance(throttle_schedule(t, id), def_rate, keys, started_us, now);
+    int64_t wait_def =
+        throttle_advance(throttle_schedule(t, id, def_rate), def_rate, keys, started_us, now);
     int64_t wait_all = throttle_advance(&t->daemon_next_us, t->daemon_rate, keys, started_us, now);
     double rate = wait_def >= wait_all ? def_rate : t->daemon_rate;
     pthread_mutex_unlock(&t->mtx);

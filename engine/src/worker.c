@@ -1104,7 +1104,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         return err;
     bf_throttle *t = w->e->throttle;
     bf_throttle_config cfg;
-    char custom[4096];
+    char custom[BF_THROTTLE_SQL_MAX];
     bf_throttle_get(t, w->id, &cfg, custom, sizeof custom);
     int declared = w->c->def->batch_size;
     w->size = bf_throttle_next_size(&cfg, declared, w->size > 0 ? w->size : declared, 0, 0);

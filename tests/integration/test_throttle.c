@@ -523,6 +523,18 @@ static void test_configure_refuses_bad_values(void **state)
                      BF_ERR_INVALID_ARGUMENT);
     assert_int_equal(bf_throttle_configure(throttle, NULL, NULL, NULL, 0, -1, diag, sizeof diag),
                      BF_ERR_INVALID_ARGUMENT);
+    /* a custom query the workers could not copy whole is refused, never cut */
+    static char long_sql[BF_THROTTLE_SQL_MAX + 1];
+    memset(long_sql, ' ', BF_THROTTLE_SQL_MAX);
+    memcpy(long_sql, "SELECT true", 11);
+    bad = (bf_throttle_config){.custom_sql = long_sql};
+    assert_int_equal(bf_throttle_configure(throttle, &bad, NULL, NULL, 0, 0, diag, sizeof diag),
+                     BF_ERR_INVALID_ARGUMENT);
+    long_sql[BF_THROTTLE_SQL_MAX - 1] = '\0'; /* one byte shorter: accepted */
+    assert_int_equal(bf_throttle_configure(throttle, &bad, NULL, NULL, 0, 0, diag, sizeof diag),
+                     BF_OK);
+    assert_int_equal(bf_throttle_configure(throttle, NULL, ids, &good, 1, 0, diag, sizeof diag),
+                     BF_OK);
     /* the previous configuration stays */
     bf_throttle_config now;
     char sql[64];

@@ -429,12 +429,15 @@ typedef struct bf_throttle_config {
     int xid_age_pct;            /* age(datfrozenxid) as a percentage of the 2^31 wraparound
                                    horizon */
     const char *custom_sql;     /* one row, one column: boolean (true trips) or a number of
-                                   milliseconds to wait (> 0 trips); an error trips too */
+                                   milliseconds to wait (> 0 trips); an error trips too; shorter
+                                   than BF_THROTTLE_SQL_MAX */
     int check_ms;               /* signals checked at most this often; 0: 1000 */
     int wait_ms;                /* a tripped signal's wait before the next check; 0: 1000 */
 } bf_throttle_config;
 
 typedef struct bf_throttle bf_throttle;
+
+#define BF_THROTTLE_SQL_MAX 4096 /* a custom query is shorter than this */
 
 /* The throttle shared by the engines (workers) of one process; thread-safe. Starts with the
  * all-zero configuration (nothing throttled, fixed batch sizes). */
