@@ -18,6 +18,10 @@
  * - test_batch_that_blocks_shrinks: the count of sessions a batch blocks, taken inside the
  *   batch loop procedure before its COMMIT (registry.c compile_loop, "watch"): a session that
  *   waits on a row the batch updated halves the next batch size and throttles.
+ * - test_callback_batch_that_blocks_shrinks: the same count in the callback form
+ *   (worker.c batch_callback, before the fence).
+ * - test_long_transaction_throttles: the xact_age signal of bf__throttle_check: another
+ *   session's transaction open a second makes the step wait; committed, the backfill goes on.
  * - test_size_converges: bf_throttle_next_size as the worker applies it: batches that cost
  *   about 2 ms a key settle near target / cost keys, never above the declared bound; without
  *   a target every batch has the declared size.
@@ -47,7 +51,7 @@
 #define BATCH   100
 #define BARRIER 1101
 
-static bf_definition defs[6];
+static bf_definition defs[8];
 static bf_registry *registry;
 static bf_throttle *throttle;
 
@@ -67,15 +71,28 @@ static bf_definition items_def(const char *id, const char *table, const char *up
 
 #define COUNT "fixed = t.val * 2, counter = t.counter + 1"
 
+/* The callback form: update the batch's rows, then wait at barrier 1102 inside the
+ * transaction, holding their row locks. */
+static bf_err cbblock_mutate(bf_txn *txn, void *arg)
+{
+    (void)arg;
+    bf_err err = bf_txn_exec(
+        txn, "UPDATE thr_cbblock t SET " COUNT " FROM bf_batch b WHERE t.id = b.id", 0, NULL, NULL);
+    long long held = 0;
+    if (err == BF_OK)
+        err = bf_txn_query_int(txn, "SELECT public.bt_barrier(1102)::int", 0, NULL, &held);
+    return err;
+}
+
 static int setup(void **state)
 {
     (void)state;
     bt_db_create("throttle");
     PGconn *c = bt_connect();
     bt_install_barrier(c);
-    const char *tables[] = {"thr_custom", "thr_table", "thr_block",
-                            "thr_size",   "thr_rate",  "thr_lag"};
-    for (int i = 0; i < 6; i++)
+    const char *tables[] = {"thr_custom", "thr_table", "thr_block",   "thr_size",
+                            "thr_rate",   "thr_lag",   "thr_cbblock", "thr_xact"};
+    for (int i = 0; i < 8; i++)
         bt_make_items(c, tables[i], i == 3 ? 2000 : ROWS); /* thr_size: room for many steps */
     bt_exec(c, "CREATE TABLE public.thr_flag (on_ boolean NOT NULL);"
                "INSERT INTO public.thr_flag VALUES (false);"
@@ -100,14 +117,18 @@ static int setup(void **state)
                         COUNT ", pad = (SELECT string_agg(md5(random()::text || g), '')"
                               " FROM generate_series(1, 64) g)",
                         20);
-    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2],
-                                         &defs[3], &defs[4], &defs[5]};
-    registry = bt_registry(list, 6);
+    defs[6] = items_def("thr.cbblock_v1", "thr_cbblock", NULL, BATCH);
+    defs[6].needs_repair = "true";
+    defs[6].mutate = cbblock_mutate;
+    defs[7] = items_def("thr.xact_v1", "thr_xact", COUNT, BATCH);
+    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2], &defs[3],
+                                         &defs[4], &defs[5], &defs[6], &defs[7]};
+    registry = bt_registry(list, 8);
     assert_int_equal(bf_throttle_new(&throttle), BF_OK);
     bt_set_throttle(throttle);
     bf_engine *e = bt_engine(registry, "operator", 0);
     assert_int_equal(bf_register_all(e), BF_OK);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
     bf_engine_close(e);
     return 0;
@@ -333,6 +354,74 @@ static void test_batch_that_blocks_shrinks(void **state)
     PQfinish(c);
 }
 
+/* The callback form counts the sessions its batch blocks too (worker.c batch_callback runs
+ * bf__throttle_blocked_sql before the fence): a session waiting on a row the batch updated,
+ * while the batch waits at a barrier inside its transaction, halves the next batches. */
+static void test_callback_batch_that_blocks_shrinks(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.lock_waiters = 1, .wait_ms = 1, .batch_min = 10};
+    configure("thr.cbblock_v1", &cfg, 0);
+    PGconn *holder = bt_connect(), *b = bt_connect(), *c = bt_connect();
+    bt_lock(holder, 1102);
+    bf_engine *e = bt_engine(registry, "thr-cbblock", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.cbblock_v1");
+    bt_step_thread t;
+    bt_step_thread_start(&t, w, false);
+    bt_wait_waiters(c, 1102, 1); /* ids 1..100 updated, locked, and the batch waits */
+    assert_int_equal(PQsendQuery(b, "UPDATE thr_cbblock SET val = val WHERE id = 10"), 1);
+    bt_wait_lock_waiters(c, 2);
+    bt_unlock(holder, 1102);
+    bt_step_thread_join(&t, 30);
+    assert_int_equal(t.err, BF_OK);
+    assert_int_equal(t.info.step, BF_STEP_BATCH);
+    assert_non_null(strstr(t.info.detail, "lock_waiters: 1 blocked by a batch"));
+    PGresult *r;
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    assert_int_equal(bt_get(e, "thr.cbblock_v1").batch_size_current, BATCH / 2);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.rows, BATCH / 2);
+    finish_and_check(e, w, "thr.cbblock_v1", "thr_cbblock");
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(holder);
+    PQfinish(b);
+    PQfinish(c);
+}
+
+/* xact_age: a transaction of another session open for a second or more makes the step wait
+ * (the oldest xact_start in pg_stat_activity); once it ends, the backfill goes on. */
+static void test_long_transaction_throttles(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.xact_age_s = 1, .wait_ms = 1, .check_ms = 1};
+    configure("thr.xact_v1", &cfg, 0);
+    PGconn *old = bt_connect(), *c = bt_connect();
+    bt_exec(old, "BEGIN; SELECT txid_current()");
+    /* its age, by PostgreSQL's clock, passes the threshold */
+    while (bt_int(c,
+                  "SELECT count(*) FROM pg_stat_activity WHERE xact_start <"
+                  " clock_timestamp() - interval '1100 ms' AND state = 'idle in transaction'") == 0)
+        usleep(10000);
+    bf_engine *e = bt_engine(registry, "thr-xact", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.xact_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(info.detail, "throttled by xact_age: "));
+    assert_string_equal(bt_get(e, "thr.xact_v1").throttle_signal, "xact_age");
+    bt_exec(old, "COMMIT");
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    finish_and_check(e, w, "thr.xact_v1", "thr_xact");
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(old);
+    PQfinish(c);
+}
+
 static void test_size_converges(void **state)
 {
     (void)state;
@@ -550,6 +639,8 @@ int main(void)
         cmocka_unit_test(test_long_throttle_keeps_its_claim),
         cmocka_unit_test(test_waiters_on_the_table),
         cmocka_unit_test(test_batch_that_blocks_shrinks),
+        cmocka_unit_test(test_callback_batch_that_blocks_shrinks),
+        cmocka_unit_test(test_long_transaction_throttles),
         cmocka_unit_test(test_size_converges),
         cmocka_unit_test(test_rate_ceilings),
         cmocka_unit_test(test_replica_lag_throttles_and_resumes),
