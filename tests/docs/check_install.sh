@@ -8,26 +8,9 @@
 set -euo pipefail
 build="$1"
 src="$2"
-: "${BUZZ_TEST_PG_URL:?BUZZ_TEST_PG_URL is not set}"
-work="$(mktemp -d "${TMPDIR:-/tmp}/buzz-install.XXXXXX")"
-db="buzz_install_$$"
-daemon=""
-cleanup()
-{
-    if [[ -n "$daemon" ]]; then
-        kill -TERM "$daemon" 2>/dev/null || true
-        wait "$daemon" 2>/dev/null || true
-    fi
-    psql "$BUZZ_TEST_PG_URL" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail()
-{
-    echo "check_install: $*" >&2
-    [[ -f "$work/daemon.log" ]] && tail -n 20 "$work/daemon.log" >&2
-    exit 1
-}
+# shellcheck source=tests/docs/daemon_db.sh
+. "$src/tests/docs/daemon_db.sh"
+daemon_db_begin install
 
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install failed"
@@ -53,9 +36,8 @@ cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" -o "$work/relay_readiness" "$
     $flags || fail "examples/relay_readiness.c does not build against the installed client"
 export LD_LIBRARY_PATH="${lib%/*}"
 
-psql "$BUZZ_TEST_PG_URL" -qtAc "CREATE DATABASE $db" >/dev/null
 sock="$work/admin.sock"
-env BUZZ_BACKFILL_DATABASE_URL="${BUZZ_TEST_PG_URL%/*}/$db" BUZZ_BACKFILL_LISTEN="ipc://$sock" \
+env BUZZ_BACKFILL_DATABASE_URL="$db_url" BUZZ_BACKFILL_LISTEN="ipc://$sock" \
     BUZZ_BACKFILL_IPC_BOUNDARY=on BUZZ_BACKFILL_AUTO_MIGRATE=on BUZZ_BACKFILL_WORKERS=0 \
     "$prefix/sbin/buzz-backfilld" run 2>"$work/daemon.log" &
 daemon=$!
@@ -69,9 +51,7 @@ for _ in $(seq 1 200); do
 done
 [[ "$answer" == ready ]] || fail "readiness through the installed client: '$answer' (exit $rc)"
 echo "installed client: $answer"
-kill -TERM "$daemon"
-wait "$daemon" || fail "the installed daemon did not exit cleanly on SIGTERM"
-daemon=""
+daemon_stop "the installed daemon did not exit cleanly on SIGTERM"
 rc=0
 "$work/relay_readiness" "ipc://$sock" >/dev/null 2>&1 || rc=$?
 ((rc == 2)) || fail "without a daemon the answer must be unknown (exit 2), got exit $rc"

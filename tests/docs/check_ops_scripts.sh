@@ -13,28 +13,10 @@ set -euo pipefail
 build="$1"
 src="$2"
 ops="$src/examples/ops"
-: "${BUZZ_TEST_PG_URL:?BUZZ_TEST_PG_URL is not set}"
 export BUZZCTL="$build/client/buzzctl"
-work="$(mktemp -d "${TMPDIR:-/tmp}/buzz-ops.XXXXXX")"
-db="buzz_ops_$$"
-db_url="${BUZZ_TEST_PG_URL%/*}/$db"
-daemon=""
-cleanup()
-{
-    if [[ -n "$daemon" ]]; then
-        kill -TERM "$daemon" 2>/dev/null || true
-        wait "$daemon" 2>/dev/null || true
-    fi
-    psql "$BUZZ_TEST_PG_URL" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail()
-{
-    echo "check_ops_scripts: $*" >&2
-    [[ -f "$work/daemon.log" ]] && tail -n 20 "$work/daemon.log" >&2
-    exit 1
-}
+# shellcheck source=tests/docs/daemon_db.sh
+. "$src/tests/docs/daemon_db.sh"
+daemon_db_begin ops
 # run NAME EXPECTED_EXIT SCRIPT ARGS...: output in $out
 run()
 {
@@ -49,7 +31,6 @@ has()
     grep -qF -- "$1" <<<"$out" || fail "no '$1' in the output above"
 }
 
-psql "$BUZZ_TEST_PG_URL" -qtAc "CREATE DATABASE $db" >/dev/null
 psql "$db_url" -q -v ON_ERROR_STOP=1 -v rows=500 -f "$src/examples/demo/schema.sql" \
     -f "$src/examples/demo/seed.sql" >/dev/null
 sock="$work/admin.sock"
@@ -90,9 +71,7 @@ has "no running backfill"
 run 8 "$ops/gating.sh" --url "$url"
 has "backfill demo.events.tag_count_v1: paused"
 
-kill -TERM "$daemon"
-wait "$daemon" || fail "the daemon did not exit cleanly"
-daemon=""
+daemon_stop "the daemon did not exit cleanly"
 run 6 "$ops/gating.sh" --url "$url" --timeout 500
 has "unknown"
 run 6 "$ops/wait-ready.sh" --timeout 1 --url "$url" --timeout 500
