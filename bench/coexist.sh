@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # bench/coexist.sh - does a backfill hurt the relay's own load, and does throttling help?
 # pgbench's TPC-B-like load runs against the same PostgreSQL server as a real buzz-backfilld
-# backfilling demo.events (examples/demo_definitions.c, demo.events.content_len_v1), in three
-# phases of the same length, each on a fresh copy of one template database:
+# backfilling demo.events (examples/demo_definitions.c, demo.events.content_len_v1), each phase
+# on a fresh copy of one template database:
 #
-#   none         pgbench alone (the baseline)
+#   capacity     pgbench flat out, to size the offered load (skipped with --load 0)
+#   none         pgbench alone at the offered load (the baseline)
 #   unthrottled  pgbench and the backfill with fixed batches (batch_target_ms = 0)
-#   throttled    pgbench and the backfill with short worker steps (--step-ms, 20 ms: the
-#                backfill yields the CPU in small slices), optionally adaptive batches
-#                (--target-ms), and a keys-per-second ceiling at --share of the unthrottled
-#                phase's rate
+#   throttled    pgbench and the backfill with short worker steps (--step-ms), optionally
+#                adaptive batches (--target-ms), and a keys-per-second ceiling at --share of the
+#                unthrottled phase's rate
+#   control      pgbench and a plain CPU burner in one PostgreSQL session, no backfill, using
+#                about the CPU the throttled backfill used (its backend and the daemon): what
+#                any consumer of that much CPU costs this machine's OLTP latency
 #
-# For each it prints OLTP TPS, p50 and p99 latency (from pgbench's per-transaction log) and the
-# backfill's keys per second over the phase, then the ratios the goal is stated in:
-# throttled p99 / baseline p99 (goal <= 1.25) and throttled rate / unthrottled rate
-# (goal >= 0.5). docs/benchmarks.md records runs.
+# The OLTP load is open (pgbench --rate at --load times the capacity phase's TPS, latency counted
+# from each transaction's scheduled start), as a relay's clients are: a closed loop of clients
+# flat out (--load 0) measures the CPU share the clients get, and any other consumer lowers it.
+# For each phase it prints OLTP TPS, p50 and p99 latency (pgbench's per-transaction log), the
+# backfill's keys per second, the machine's idle CPU and the CPU the backfill (or the burner)
+# used, then the goal's ratios: throttled p99 / baseline p99 (goal <= 1.25), throttled rate /
+# unthrottled rate (goal >= 0.5), and control p99 / baseline p99 beside them. The CPU columns
+# need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md records runs.
 #
-# Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--share F]
-#        defaults: 3000000 rows, 20 s a phase, 4 clients, share 0.5, --target-ms 0, --step-ms 20
+# Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--load F] [--share F]
+#                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
+#        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
+#        step 20 ms, 1 round (--rounds N: the unthrottled phase once, then N rounds of none,
+#        throttled and control interleaved; the ratios use the medians)
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -25,11 +35,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ROWS=3000000
-SECONDS_PER_PHASE=20
+SECONDS_PER_PHASE=30
 CLIENTS=4
-SHARE=0.5
+LOAD=0.3
+SHARE=0.55
 TARGET_MS=0
 STEP_MS=20
+CONTROL=1
+ROUNDS=1
+RATE_ARGS=()
 ID=demo.events.content_len_v1
 
 while (($#)); do
@@ -40,8 +54,11 @@ while (($#)); do
     --share) SHARE="$2"; shift 2 ;;
     --target-ms) TARGET_MS="$2"; shift 2 ;;
     --step-ms) STEP_MS="$2"; shift 2 ;;
+    --load) LOAD="$2"; shift 2 ;;
+    --no-control) CONTROL=0; shift ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
     -h | --help)
-        sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -94,15 +111,38 @@ psql_q -v rows="$ROWS" "$TMPL_URL" -f "$ROOT/examples/demo/seed.sql" >/dev/null
 env BUZZ_BACKFILL_DATABASE_URL="$TMPL_URL" "$BUILD/server/buzz-backfilld" migrate >/dev/null 2>&1
 psql_q "$TMPL_URL" -c "VACUUM ANALYZE" >/dev/null
 
-# phase NAME EXTRA_CONFIG: prints "tps p50_ms p99_ms rate" on stdout
+# CPU accounting from /proc (the server on this machine; "-" otherwise). cpu_idle: the
+# machine's idle and iowait jiffies and all jiffies; cpu_of PID...: user and system jiffies of
+# those processes (the ones that are gone count 0).
+TICKS="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+cpu_idle() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t }' /proc/stat; }
+cpu_of()
+{
+    local pid sum=0 f
+    for pid in "$@"; do
+        f="$(cat "/proc/$pid/stat" 2>/dev/null || true)"
+        [[ -n "$f" ]] || continue
+        f="${f##*) }" # fields after the command name; utime and stime are the 12th and 13th
+        read -r -a v <<<"$f"
+        sum=$((sum + v[11] + v[12]))
+    done
+    echo "$sum"
+}
+# backend PIDs of the sessions whose application_name starts with $2
+backends() { psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '$2%'" "$1"; }
+
+# phase NAME KIND [CONFIG|SHARE]: KIND none (pgbench alone), backfill (a daemon with the extra
+# configuration CONFIG) or control (a CPU burner at SHARE of one core). Prints
+# "tps p50_ms p99_ms keys_per_s idle_pct cpu_cores" on stdout.
 phase()
 {
-    local name="$1" extra="$2" db="buzz_coexist_phase_$$" url conf before after t0 t1 out
+    local name="$1" kind="$2" extra="${3:-}" db="buzz_coexist_phase_$$" url conf before after
+    local t0 t1 out pids="" burner="" idle0 idle1 own0=0 own1=0
     psql_q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
     psql_q "$SERVER_URL" -c "CREATE DATABASE $db TEMPLATE $TEMPLATE" >/dev/null
     url="$(buzz_db_url "$SERVER_URL" "$db")"
     psql_q "$url" -c "CHECKPOINT" >/dev/null
-    if [[ -n "$extra" ]]; then
+    if [[ "$kind" == backfill ]]; then
         conf="$TMP/$name.conf"
         cat >"$conf" <<CONF
 database_url = '$url'
@@ -118,12 +158,47 @@ CONF
         "$BUILD/client/buzzctl" --url "ipc://$TMP/admin.sock" ready --wait-ready --timeout 30s \
             >/dev/null
         "$BUILD/client/buzzctl" --url "ipc://$TMP/admin.sock" start "$ID" >/dev/null
+        pids="$DAEMON $(backends "$url" buzz-backfill | tr '\n' ' ')"
+    elif [[ "$kind" == control ]]; then
+        # burn $extra of one core in cycles of about 20 ms of CPU (a fixed amount of work, timed
+        # on the idle machine between phases) and the rest of the cycle asleep; cancelled after
+        # the phase (a statement timeout bounds it if the bench dies)
+        local per_ms work sleep_ms
+        per_ms="$(psql -X -q "$url" -c "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); n bigint;
+            BEGIN SELECT count(*) INTO n FROM generate_series(1, 2000000);
+            RAISE NOTICE 'per_ms %', floor(n / (1000 * extract(epoch FROM clock_timestamp() - t0)));
+            END \$\$" 2>&1 | sed -n 's/.*per_ms \([0-9]*\).*/\1/p')"
+        [[ -n "$per_ms" ]] || { echo "coexist: could not time the CPU burner" >&2; exit 1; }
+        work=$((per_ms * 20))
+        sleep_ms="$(awk -v s="$extra" 'BEGIN { s = s > 0.95 ? 0.95 : (s < 0.01 ? 0.01 : s);
+                                             printf "%d", 20 * (1 - s) / s }')"
+        PGAPPNAME=buzz-coexist-control psql -X -q "$url" >/dev/null 2>&1 <<SQL &
+SET statement_timeout = '$((SECONDS_PER_PHASE + 30))s';
+DO \$\$ BEGIN LOOP
+    PERFORM count(*) FROM generate_series(1, $work);
+    PERFORM pg_sleep($sleep_ms / 1000.0);
+END LOOP; END \$\$;
+SQL
+        burner=$!
+        for _ in $(seq 100); do
+            pids="$(backends "$url" buzz-coexist-control)"
+            [[ -z "$pids" ]] || break
+        done
+        [[ -n "$pids" ]] || { echo "coexist: the CPU burner did not start" >&2; exit 1; }
     fi
     before="$(psql -X -qtAc "SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill" "$url")"
+    read -r idle0 all0 < <(cpu_idle)
+    # shellcheck disable=SC2086 # a list of PIDs
+    [[ -z "$pids" ]] || own0="$(cpu_of $pids)"
     t0="$(date +%s.%N)"
     rm -f "$TMP"/pgbench_log.*
-    out="$(cd "$TMP" && "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" -l "$url" 2>&1)"
+    out="$(cd "$TMP" &&
+        "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} \
+            -l "$url" 2>&1)"
     t1="$(date +%s.%N)"
+    read -r idle1 all1 < <(cpu_idle)
+    # shellcheck disable=SC2086
+    [[ -z "$pids" ]] || own1="$(cpu_of $pids)"
     after="$(psql -X -qtAc "SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill" "$url")"
     local state
     state="$(psql -X -qtAc "SELECT coalesce(string_agg(state, ','), '-') FROM buzz_backfill.backfill
@@ -133,36 +208,92 @@ CONF
         wait "$DAEMON" || true
         DAEMON=""
     fi
+    if [[ -n "$burner" ]]; then
+        psql -X -qtAc "SELECT pg_cancel_backend($pids)" "$url" >/dev/null
+        wait "$burner" || true
+    fi
     [[ "$state" == running || "$state" == - ]] ||
         echo "coexist: $name: the backfill left running during the phase ($state): use more --rows" >&2
     local tps
     tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)"
-    # the third field of pgbench's log is each transaction's latency in microseconds
-    cat "$TMP"/pgbench_log.* | awk '{print $3}' | sort -n >"$TMP/lat"
+    [[ -n "$tps" ]] || {
+        echo "coexist: $name: pgbench failed: $out" >&2
+        exit 1
+    }
+    # pgbench's log: the third field is each transaction's latency in microseconds; under
+    # --rate the seventh is how late it started against its schedule, which the client waited
+    # too
+    cat "$TMP"/pgbench_log.* | awk '{ print $3 + (NF >= 7 ? $7 : 0) }' | sort -n >"$TMP/lat"
     local n p50 p99
     n="$(wc -l <"$TMP/lat")"
     p50="$(sed -n "$(((n + 1) / 2))p" "$TMP/lat")"
     p99="$(sed -n "$(((n * 99 + 99) / 100))p" "$TMP/lat")"
     awk -v tps="$tps" -v p50="$p50" -v p99="$p99" -v rows="$((after - before))" \
-        -v t0="$t0" -v t1="$t1" \
-        'BEGIN { printf "%.1f %.2f %.2f %.0f\n", tps, p50 / 1000, p99 / 1000, rows / (t1 - t0) }'
+        -v t0="$t0" -v t1="$t1" -v idle="$((idle1 - idle0))" -v all="$((all1 - all0))" \
+        -v own="$((own1 - own0))" -v ticks="$TICKS" -v kind="$kind" \
+        'BEGIN {
+            keys = "-"
+            if (kind == "backfill")
+                keys = sprintf("%.0f", rows / (t1 - t0))
+            cores = "-"
+            if (kind != "none")
+                cores = sprintf("%.2f", own / ticks / (t1 - t0))
+            idle_pct = 0
+            if (all > 0)
+                idle_pct = 100 * idle / all
+            printf "%.1f %.2f %.2f %s %.0f %s\n", tps, p50 / 1000, p99 / 1000, keys, idle_pct,
+                cores
+        }'
 }
 
-printf 'coexist: %d s a phase, %d pgbench clients, 2 cores shared by PostgreSQL, pgbench and the daemon\n' \
-    "$SECONDS_PER_PHASE" "$CLIENTS"
-read -r tps0 p50_0 p99_0 _ < <(phase none "")
-read -r tps1 p50_1 p99_1 rate1 < <(phase unthrottled "batch_target_ms = 0")
+if [[ "$LOAD" != 0 ]]; then
+    read -r cap _ < <(phase capacity none)
+    rate="$(awk -v c="$cap" -v l="$LOAD" 'BEGIN { printf "%d", c * l }')"
+    RATE_ARGS=(--rate "$rate")
+    printf 'coexist: capacity %s tps flat out; OLTP offered at %s tps (load %s)\n' "$cap" "$rate" "$LOAD"
+else
+    printf 'coexist: OLTP flat out (closed loop, --load 0)\n'
+fi
+printf 'coexist: %d s a phase, %d round(s), %d pgbench clients, %s cores shared by PostgreSQL, pgbench and the daemon\n' \
+    "$SECONDS_PER_PHASE" "$ROUNDS" "$CLIENTS" "$(nproc 2>/dev/null || echo '?')"
+row() { printf '%-14s %9s %8s %8s %15s %7s %9s\n' "$@"; }
+# the unthrottled phase once, for the ceiling; then ROUNDS rounds of the others, interleaved
+# (this machine's latency drifts between minutes: each round compares phases minutes apart)
+read -r tps p50 p99 rate1 idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
 ceiling="$(awk -v r="$rate1" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
-read -r tps2 p50_2 p99_2 rate2 < <(phase throttled "batch_target_ms = $TARGET_MS
+lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores")"
+    "$(row unthrottled "$tps" "$p50" "$p99" "$rate1" "$idle" "$cpu")")
+p99_unthrottled="$p99"
+p99s_none=() p99s_throttled=() p99s_control=() rates=()
+for ((r = 1; r <= ROUNDS; r++)); do
+    read -r tps p50 p99 _ idle _ < <(phase none none)
+    lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" -)")
+    p99s_none+=("$p99")
+    read -r tps p50 p99 rate idle cpu < <(phase throttled backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 max_rows_per_second = $ceiling")
-printf '%-12s %10s %10s %10s %14s\n' phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s"
-printf '%-12s %10s %10s %10s %14s\n' none "$tps0" "$p50_0" "$p99_0" -
-printf '%-12s %10s %10s %10s %14s\n' unthrottled "$tps1" "$p50_1" "$p99_1" "$rate1"
-printf '%-12s %10s %10s %10s %14s\n' throttled "$tps2" "$p50_2" "$p99_2" "$rate2"
-awk -v b="$p99_0" -v u="$p99_1" -v t="$p99_2" -v r1="$rate1" -v r2="$rate2" -v c="$ceiling" \
+    lines+=("$(row "throttled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
+    p99s_throttled+=("$p99")
+    rates+=("$rate")
+    if ((CONTROL)) && [[ "$cpu" != - ]]; then
+        read -r tps p50 p99 _ idle cpu < <(phase control control "$cpu")
+        lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
+        p99s_control+=("$p99")
+    fi
+done
+printf '%s\n' "${lines[@]}"
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+b="$(median "${p99s_none[@]}")"
+t="$(median "${p99s_throttled[@]}")"
+k="$(median ${p99s_control[@]+"${p99s_control[@]}"})"
+r2="$(median "${rates[@]}")"
+[[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
+awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v r1="$rate1" -v r2="$r2" \
+    -v c="$ceiling" \
     'BEGIN {
         printf "unthrottled p99 / baseline p99: %.2f\n", u / b
         printf "throttled p99 / baseline p99:   %.2f (goal <= 1.25)\n", t / b
         printf "throttled rate / unthrottled:   %.2f (goal >= 0.50; ceiling %d keys/s)\n", r2 / r1, c
+        if (k != "")
+            printf "control p99 / baseline p99:     %.2f (the throttled phase'"'"'s CPU, no backfill)\n", k / b
     }'
