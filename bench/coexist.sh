@@ -10,6 +10,9 @@
 #   throttled    pgbench and the backfill with short worker steps (--step-ms), optionally
 #                adaptive batches (--target-ms), and a keys-per-second ceiling at --share of the
 #                unthrottled phase's rate
+#   by hand      pgbench and the same repair by a hand-written PL/pgSQL loop (keyset batches
+#                of the definition's size, each committed), paced to the throttled phase's
+#                keys per second: what the work itself costs, without the engine
 #   control      pgbench and a plain CPU burner in one PostgreSQL session, no backfill, using
 #                about the CPU the throttled backfill used (its backend and the daemon): what
 #                any consumer of that much CPU costs this machine's OLTP latency
@@ -20,14 +23,16 @@
 # For each phase it prints OLTP TPS, p50 and p99 latency (pgbench's per-transaction log), the
 # backfill's keys per second, the machine's idle CPU and the CPU the backfill (or the burner)
 # used, then the goal's ratios: throttled p99 / baseline p99 (goal <= 1.25), throttled rate /
-# unthrottled rate (goal >= 0.5), and control p99 / baseline p99 beside them. The CPU columns
-# need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md records runs.
+# unthrottled rate (goal >= 0.5), and the by-hand and control p99 / baseline p99 beside them.
+# The CPU columns need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md records runs.
 #
 # Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--load F] [--share F]
 #                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
+#                         [--throttle-conf 'KEY = VALUE']... (more daemon configuration for
+#                         the throttled phase, e.g. 'batch_max = 500' or a throttle_* signal)
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
 #        step 20 ms, 1 round (--rounds N: the unthrottled phase once, then N rounds of none,
-#        throttled and control interleaved; the ratios use the medians)
+#        throttled, by hand and control interleaved; the ratios use the medians)
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -43,6 +48,7 @@ TARGET_MS=0
 STEP_MS=20
 CONTROL=1
 ROUNDS=1
+THROTTLE_CONF=""
 RATE_ARGS=()
 ID=demo.events.content_len_v1
 
@@ -57,8 +63,9 @@ while (($#)); do
     --load) LOAD="$2"; shift 2 ;;
     --no-control) CONTROL=0; shift ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
+    --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
     -h | --help)
-        sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -115,7 +122,10 @@ psql_q "$TMPL_URL" -c "VACUUM ANALYZE" >/dev/null
 # machine's idle and iowait jiffies and all jiffies; cpu_of PID...: user and system jiffies of
 # those processes (the ones that are gone count 0).
 TICKS="$(getconf CLK_TCK 2>/dev/null || echo 100)"
-cpu_idle() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t }' /proc/stat; }
+cpu_idle()
+{
+    awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t }' /proc/stat
+}
 cpu_of()
 {
     local pid sum=0 f
@@ -129,7 +139,10 @@ cpu_of()
     echo "$sum"
 }
 # backend PIDs of the sessions whose application_name starts with $2
-backends() { psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '$2%'" "$1"; }
+backends()
+{
+    psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '$2%'" "$1"
+}
 
 # phase NAME KIND [CONFIG|SHARE]: KIND none (pgbench alone), backfill (a daemon with the extra
 # configuration CONFIG) or control (a CPU burner at SHARE of one core). Prints
@@ -185,8 +198,38 @@ SQL
             [[ -z "$pids" ]] || break
         done
         [[ -n "$pids" ]] || { echo "coexist: the CPU burner did not start" >&2; exit 1; }
+    elif [[ "$kind" == handloop ]]; then
+        # the same repair by hand: a PL/pgSQL loop of keyset batches of the definition's size,
+        # each committed, paced to $extra keys per second; no engine, no fence, no claim
+        PGAPPNAME=buzz-coexist-handloop psql -X -q "$url" >/dev/null 2>&1 <<SQL &
+SET statement_timeout = '$((SECONDS_PER_PHASE + 30))s';
+DO \$\$
+DECLARE last bigint := 0; hi bigint; keys bigint := 0; t0 timestamptz := clock_timestamp();
+        ahead double precision;
+BEGIN LOOP
+    SELECT max(id) INTO hi FROM (SELECT id FROM demo.events WHERE id > last ORDER BY id
+                                 LIMIT 2000) k;
+    EXIT WHEN hi IS NULL;
+    UPDATE demo.events t SET content_len = octet_length(t.content)
+     WHERE t.id > last AND t.id <= hi AND t.content_len IS NULL;
+    COMMIT;
+    keys := keys + 2000;
+    last := hi;
+    ahead := keys / $extra - extract(epoch FROM clock_timestamp() - t0);
+    IF ahead > 0 THEN PERFORM pg_sleep(ahead); END IF;
+END LOOP; END \$\$;
+SQL
+        burner=$!
+        for _ in $(seq 100); do
+            pids="$(backends "$url" buzz-coexist-handloop)"
+            [[ -z "$pids" ]] || break
+        done
+        [[ -n "$pids" ]] || { echo "coexist: the hand-written loop did not start" >&2; exit 1; }
     fi
-    before="$(psql -X -qtAc "SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill" "$url")"
+    local progress="SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill"
+    [[ "$kind" != handloop ]] ||
+        progress="SELECT count(*) FROM demo.events WHERE content_len IS NOT NULL"
+    before="$(psql -X -qtAc "$progress" "$url")"
     read -r idle0 all0 < <(cpu_idle)
     # shellcheck disable=SC2086 # a list of PIDs
     [[ -z "$pids" ]] || own0="$(cpu_of $pids)"
@@ -199,10 +242,7 @@ SQL
     read -r idle1 all1 < <(cpu_idle)
     # shellcheck disable=SC2086
     [[ -z "$pids" ]] || own1="$(cpu_of $pids)"
-    after="$(psql -X -qtAc "SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill" "$url")"
-    local state
-    state="$(psql -X -qtAc "SELECT coalesce(string_agg(state, ','), '-') FROM buzz_backfill.backfill
-                            WHERE id = '$ID'" "$url")"
+    # stop what ran beside pgbench before counting what it did
     if [[ -n "$DAEMON" ]]; then
         kill -TERM "$DAEMON"
         wait "$DAEMON" || true
@@ -212,6 +252,10 @@ SQL
         psql -X -qtAc "SELECT pg_cancel_backend($pids)" "$url" >/dev/null
         wait "$burner" || true
     fi
+    after="$(psql -X -qtAc "$progress" "$url")"
+    local state
+    state="$(psql -X -qtAc "SELECT coalesce(string_agg(state, ','), '-') FROM buzz_backfill.backfill
+                            WHERE id = '$ID'" "$url")"
     [[ "$state" == running || "$state" == - ]] ||
         echo "coexist: $name: the backfill left running during the phase ($state): use more --rows" >&2
     local tps
@@ -233,7 +277,7 @@ SQL
         -v own="$((own1 - own0))" -v ticks="$TICKS" -v kind="$kind" \
         'BEGIN {
             keys = "-"
-            if (kind == "backfill")
+            if (kind == "backfill" || kind == "handloop")
                 keys = sprintf("%.0f", rows / (t1 - t0))
             cores = "-"
             if (kind != "none")
@@ -254,8 +298,8 @@ if [[ "$LOAD" != 0 ]]; then
 else
     printf 'coexist: OLTP flat out (closed loop, --load 0)\n'
 fi
-printf 'coexist: %d s a phase, %d round(s), %d pgbench clients, %s cores shared by PostgreSQL, pgbench and the daemon\n' \
-    "$SECONDS_PER_PHASE" "$ROUNDS" "$CLIENTS" "$(nproc 2>/dev/null || echo '?')"
+printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS pgbench clients," \
+    "$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, pgbench and the daemon"
 row() { printf '%-14s %9s %8s %8s %15s %7s %9s\n' "$@"; }
 # the unthrottled phase once, for the ceiling; then ROUNDS rounds of the others, interleaved
 # (this machine's latency drifts between minutes: each round compares phases minutes apart)
@@ -264,17 +308,21 @@ ceiling="$(awk -v r="$rate1" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
 lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores")"
     "$(row unthrottled "$tps" "$p50" "$p99" "$rate1" "$idle" "$cpu")")
 p99_unthrottled="$p99"
-p99s_none=() p99s_throttled=() p99s_control=() rates=()
+p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=()
 for ((r = 1; r <= ROUNDS; r++)); do
     read -r tps p50 p99 _ idle _ < <(phase none none)
     lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" -)")
     p99s_none+=("$p99")
     read -r tps p50 p99 rate idle cpu < <(phase throttled backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
-max_rows_per_second = $ceiling")
+max_rows_per_second = $ceiling
+$THROTTLE_CONF")
     lines+=("$(row "throttled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
     p99s_throttled+=("$p99")
     rates+=("$rate")
+    read -r tps p50 p99 hrate idle hcpu < <(phase handloop handloop "$rate")
+    lines+=("$(row "by hand #$r" "$tps" "$p50" "$p99" "$hrate" "$idle" "$hcpu")")
+    p99s_hand+=("$p99")
     if ((CONTROL)) && [[ "$cpu" != - ]]; then
         read -r tps p50 p99 _ idle cpu < <(phase control control "$cpu")
         lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
@@ -282,18 +330,25 @@ max_rows_per_second = $ceiling")
     fi
 done
 printf '%s\n' "${lines[@]}"
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median()
+{
+    printf '%s\n' "$@" | sort -n |
+        awk '{ v[NR] = $1 }
+             END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 b="$(median "${p99s_none[@]}")"
 t="$(median "${p99s_throttled[@]}")"
 k="$(median ${p99s_control[@]+"${p99s_control[@]}"})"
+h="$(median "${p99s_hand[@]}")"
 r2="$(median "${rates[@]}")"
 [[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
-awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v r1="$rate1" -v r2="$r2" \
+awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
     -v c="$ceiling" \
     'BEGIN {
         printf "unthrottled p99 / baseline p99: %.2f\n", u / b
         printf "throttled p99 / baseline p99:   %.2f (goal <= 1.25)\n", t / b
         printf "throttled rate / unthrottled:   %.2f (goal >= 0.50; ceiling %d keys/s)\n", r2 / r1, c
+        printf "by hand p99 / baseline p99:     %.2f (the same keys/s by a PL/pgSQL loop)\n", h / b
         if (k != "")
-            printf "control p99 / baseline p99:     %.2f (the throttled phase'"'"'s CPU, no backfill)\n", k / b
+            printf "control p99 / baseline p99:     %.2f (the same CPU, no writes)\n", k / b
     }'
