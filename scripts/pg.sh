@@ -12,7 +12,8 @@ MARKER=".buzz-pg-cluster"
 usage()
 {
     cat <<USAGE
-Usage: $PROG start|stop|url|status|crash-restart|standby-start|standby-stop|psql [psql args...]
+Usage: $PROG start|stop|url|status|crash-restart|standby-start|standby-stop|aged-start|
+       aged-stop|psql [psql args...]
 
 Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
 (trust auth, user "postgres", 127.0.0.1 only, durability switched off).
@@ -31,6 +32,13 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
            once if it already runs (tests of replica-lag throttling)
   standby-stop
            stop the replica and delete it (stop does this too)
+  aged-start
+           a second, scratch cluster whose transaction IDs begin 40 million
+           in, so every database's age(datfrozenxid) is about 1.9 % of the
+           wraparound horizon (tests of the xid_age throttle signal); prints
+           its libpq URL; succeeds at once if it already runs
+  aged-stop
+           stop the scratch cluster and delete it (stop does this too)
   psql     run psql against the cluster with the remaining arguments
 
 State dir: <repo>/.pg/ for normal users; as root a mktemp dir under /tmp run
@@ -397,6 +405,7 @@ cmd_stop()
         return 0
     fi
     standby_stop
+    aged_stop
     if is_running; then
         if ! as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t 60 >/dev/null &&
             postmaster_alive; then
@@ -488,6 +497,73 @@ cmd_standby_stop()
     echo "$PROG: standby stopped"
 }
 
+# ---- the aged cluster (old transaction IDs) ----------------------------------------------------
+
+AGED_XID=40000000
+
+aged_paths()
+{
+    ADATA="$STATE/aged"
+    ALOG="$STATE/aged.log"
+}
+
+aged_running()
+{
+    [[ -f "$ADATA/PG_VERSION" ]] && as_owner "$BINDIR/pg_ctl" status -D "$ADATA" >/dev/null 2>&1
+}
+
+cmd_aged_start()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    aged_paths
+    local port seg
+    if aged_running; then
+        url_for_port "$(sed -n 4p "$ADATA/postmaster.pid")"
+        return 0
+    fi
+    as_owner rm -rf "$ADATA"
+    as_owner "$BINDIR/initdb" -D "$ADATA" --auth=trust -U postgres --encoding=UTF8 --locale=C \
+        --no-sync >"$STATE/aged-initdb.log" 2>&1 || {
+        cat "$STATE/aged-initdb.log" >&2
+        die "initdb of the aged cluster failed"
+    }
+    # the next transaction ID jumps ahead; the commit log segment that holds it (1,048,576 IDs a
+    # 256 kB segment) must exist, pg_resetwal does not create it
+    as_owner "$BINDIR/pg_resetwal" -x "$AGED_XID" "$ADATA" >/dev/null ||
+        die "pg_resetwal of the aged cluster failed"
+    seg="$(printf '%04X' $((AGED_XID / 1048576)))"
+    as_owner dd if=/dev/zero of="$ADATA/pg_xact/$seg" bs=8192 count=32 status=none ||
+        die "cannot create the aged cluster's commit log segment"
+    port="$(pick_port "" "$(current_port)")" || die "no free port for the aged cluster"
+    printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = %s\nfsync = off\n" \
+        "$port" "$(conf_quote "$SOCK")" | as_owner tee -a "$ADATA/postgresql.conf" >/dev/null
+    as_owner "$BINDIR/pg_ctl" start -D "$ADATA" -l "$ALOG" -w -t 60 >/dev/null ||
+        die "aged cluster start failed (log: $ALOG)"
+    wait_ready "$port" || die "aged cluster not accepting connections (log: $ALOG)"
+    url_for_port "$port"
+}
+
+aged_stop()
+{
+    aged_paths
+    if aged_running; then
+        as_owner "$BINDIR/pg_ctl" stop -D "$ADATA" -m immediate -w -t 30 >/dev/null || true
+    fi
+    [[ -d "$ADATA" ]] && as_owner rm -rf "$ADATA"
+    return 0
+}
+
+cmd_aged_stop()
+{
+    take_lock
+    resolve_state
+    [[ -n "$STATE" ]] || return 0
+    aged_stop
+    echo "$PROG: aged cluster stopped"
+}
+
 cmd_url()
 {
     resolve_state
@@ -529,7 +605,7 @@ main()
     crash-restart)
         cmd="crash_restart"
         ;;
-    standby-start | standby-stop)
+    standby-start | standby-stop | aged-start | aged-stop)
         cmd="${cmd/-/_}"
         ;;
     "")
