@@ -16,6 +16,12 @@
 #   control      pgbench and a plain CPU burner in one PostgreSQL session, no backfill, using
 #                about the CPU the throttled backfill used (its backend and the daemon): what
 #                any consumer of that much CPU costs this machine's OLTP latency
+#   none+canary  pgbench alone with bench/canary beside it: a timed small read every 10 ms,
+#                each second's p99 written to buzz_canary.health (the relay reporting its own
+#                latency); its p99 over the phase is the canary's baseline
+#   latency      pgbench, the canary and the backfill with no ceiling but a latency target: a
+#                throttle_custom_sql that waits 200 ms while the canary's last second is above
+#                --latency-factor (1.25) times its baseline (docs/throttling.md)
 #
 # The OLTP load is open (pgbench --rate at --load times the capacity phase's TPS, latency counted
 # from each transaction's scheduled start), as a relay's clients are: a closed loop of clients
@@ -24,15 +30,17 @@
 # backfill's keys per second, the machine's idle CPU and the CPU the backfill (or the burner)
 # used, then the goal's ratios: throttled p99 / baseline p99 (goal <= 1.25), throttled rate /
 # unthrottled rate (goal >= 0.5), and the by-hand and control p99 / baseline p99 beside them.
-# The CPU columns need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md records runs.
+# The CPU columns need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md
+# records runs.
 #
 # Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--load F] [--share F]
 #                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
-#                         [--throttle-conf 'KEY = VALUE']... (more daemon configuration for
-#                         the throttled phase, e.g. 'batch_max = 500' or a throttle_* signal)
+#                         [--no-latency] [--latency-factor F] [--throttle-conf 'KEY = VALUE']...
+#        --throttle-conf: more daemon configuration for the throttled and latency phases,
+#        e.g. 'batch_max = 500' or a throttle_* signal
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
-#        step 20 ms, 1 round (--rounds N: the unthrottled phase once, then N rounds of none,
-#        throttled, by hand and control interleaved; the ratios use the medians)
+#        step 20 ms, 1 round (--rounds N: the unthrottled phase once, then N rounds of the
+#        others interleaved; the ratios use the medians)
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -47,6 +55,9 @@ SHARE=0.55
 TARGET_MS=0
 STEP_MS=20
 CONTROL=1
+LATENCY=1
+LATENCY_FACTOR=1.25
+WITH_CANARY=0
 ROUNDS=1
 THROTTLE_CONF=""
 RATE_ARGS=()
@@ -62,10 +73,12 @@ while (($#)); do
     --step-ms) STEP_MS="$2"; shift 2 ;;
     --load) LOAD="$2"; shift 2 ;;
     --no-control) CONTROL=0; shift ;;
+    --no-latency) LATENCY=0; shift ;;
+    --latency-factor) LATENCY_FACTOR="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
     -h | --help)
-        sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -84,7 +97,7 @@ PGBENCH="$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)"
 . "$ROOT/bench/lib.sh"
 # shellcheck source=scripts/db-url.sh
 . "$ROOT/scripts/db-url.sh"
-bench_build coexist.sh buzz-backfilld buzzctl buzz-demo-definitions
+bench_build coexist.sh buzz-backfilld buzzctl buzz-demo-definitions canary
 
 TMP="$(mktemp -d /tmp/buzz-coexist.XXXXXX)"
 TEMPLATE="buzz_coexist_tmpl_$$"
@@ -155,6 +168,15 @@ phase()
     psql_q "$SERVER_URL" -c "CREATE DATABASE $db TEMPLATE $TEMPLATE" >/dev/null
     url="$(buzz_db_url "$SERVER_URL" "$db")"
     psql_q "$url" -c "CHECKPOINT" >/dev/null
+    local canary=""
+    if ((WITH_CANARY)); then
+        "$BUILD/bench/canary" "$url" >"$TMP/canary.out" 2>"$TMP/canary.err" &
+        canary=$!
+        for _ in $(seq 200); do
+            [[ "$(psql -X -qtAc "SELECT to_regclass('buzz_canary.health') IS NOT NULL" "$url")" != t ]] ||
+                break
+        done
+    fi
     if [[ "$kind" == backfill ]]; then
         conf="$TMP/$name.conf"
         cat >"$conf" <<CONF
@@ -243,6 +265,11 @@ SQL
     # shellcheck disable=SC2086
     [[ -z "$pids" ]] || own1="$(cpu_of $pids)"
     # stop what ran beside pgbench before counting what it did
+    if [[ -n "$canary" ]]; then
+        kill -TERM "$canary"
+        wait "$canary" || true
+        cat "$TMP/canary.out" >"$TMP/canary_p99"
+    fi
     if [[ -n "$DAEMON" ]]; then
         kill -TERM "$DAEMON"
         wait "$DAEMON" || true
@@ -300,15 +327,15 @@ else
 fi
 printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS pgbench clients," \
     "$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, pgbench and the daemon"
-row() { printf '%-14s %9s %8s %8s %15s %7s %9s\n' "$@"; }
+row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
 # the unthrottled phase once, for the ceiling; then ROUNDS rounds of the others, interleaved
 # (this machine's latency drifts between minutes: each round compares phases minutes apart)
 read -r tps p50 p99 rate1 idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
 ceiling="$(awk -v r="$rate1" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
-lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores")"
+lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "canary p99 ms")"
     "$(row unthrottled "$tps" "$p50" "$p99" "$rate1" "$idle" "$cpu")")
 p99_unthrottled="$p99"
-p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=()
+p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
 for ((r = 1; r <= ROUNDS; r++)); do
     read -r tps p50 p99 _ idle _ < <(phase none none)
     lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" -)")
@@ -328,6 +355,25 @@ $THROTTLE_CONF")
         lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
         p99s_control+=("$p99")
     fi
+    if ((LATENCY)); then
+        # the canary's p99 alone, then a backfill that waits while the canary's last second is
+        # above --latency-factor times it (no ceiling)
+        WITH_CANARY=1
+        read -r tps p50 p99 _ idle _ < <(phase "none+canary" none)
+        c0="$(cat "$TMP/canary_p99")"
+        lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0")")
+        target="$(awk -v c="$c0" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%.2f", c * f }')"
+        read -r tps p50 p99 rate idle cpu < <(phase latency backfill "batch_target_ms = $TARGET_MS
+step_ms = $STEP_MS
+throttle_custom_sql = \"SELECT CASE WHEN p99_ms > $target AND at > now() - interval '3 s' THEN 200 END FROM buzz_canary.health\"
+throttle_check_ms = 50
+$THROTTLE_CONF")
+        WITH_CANARY=0
+        lines+=("$(row "latency #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
+            "$(cat "$TMP/canary_p99") (<= $target)")")
+        p99s_latency+=("$p99")
+        rates_latency+=("$rate")
+    fi
 done
 printf '%s\n' "${lines[@]}"
 median()
@@ -341,9 +387,11 @@ t="$(median "${p99s_throttled[@]}")"
 k="$(median ${p99s_control[@]+"${p99s_control[@]}"})"
 h="$(median "${p99s_hand[@]}")"
 r2="$(median "${rates[@]}")"
+l="$(median ${p99s_latency[@]+"${p99s_latency[@]}"})"
+r3="$(median ${rates_latency[@]+"${rates_latency[@]}"})"
 [[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
 awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
-    -v c="$ceiling" \
+    -v c="$ceiling" -v l="$l" -v r3="$r3" \
     'BEGIN {
         printf "unthrottled p99 / baseline p99: %.2f\n", u / b
         printf "throttled p99 / baseline p99:   %.2f (goal <= 1.25)\n", t / b
@@ -351,4 +399,8 @@ awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate
         printf "by hand p99 / baseline p99:     %.2f (the same keys/s by a PL/pgSQL loop)\n", h / b
         if (k != "")
             printf "control p99 / baseline p99:     %.2f (the same CPU, no writes)\n", k / b
+        if (l != "") {
+            printf "latency p99 / baseline p99:     %.2f (a backfill waiting on the canary)\n", l / b
+            printf "latency rate / unthrottled:     %.2f\n", r3 / r1
+        }
     }'

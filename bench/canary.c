@@ -1,0 +1,145 @@
+/*
+ * canary.c - the relay's latency as the relay would report it, for bench/coexist.sh's
+ * latency-target phase: one session runs a small read of pgbench_accounts every --every-ms,
+ * times it, and every --window-ms writes the window's p99 (ms) into buzz_canary.health, the
+ * one-row table a throttle_custom_sql reads (docs/throttling.md, "Yielding to the relay's own
+ * latency"). On SIGTERM or SIGINT it prints the p99 of every probe it ran, in ms, and exits.
+ *
+ * Usage: canary CONNINFO [--every-ms N] [--window-ms N]   (defaults 10 and 1000)
+ */
+#include <errno.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CANARY_MAX_PROBES 1000000
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The p99 of v[0..n) (sorts a copy into tmp). */
+static double p99(const double *v, size_t n, double *tmp)
+{
+    if (n == 0)
+        return 0;
+    memcpy(tmp, v, n * sizeof *v);
+    qsort(tmp, n, sizeof *tmp, cmp_double);
+    return tmp[(n * 99 + 99) / 100 - 1];
+}
+
+static int run(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok)
+        fprintf(stderr, "canary: %s", PQerrorMessage(c));
+    PQclear(r);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0) {
+        fprintf(argc < 2 ? stderr : stdout,
+                "Usage: canary CONNINFO [--every-ms N] [--window-ms N]\n"
+                "Times a small read every N ms, writes each window's p99 into "
+                "buzz_canary.health, prints the p99 of all probes on SIGTERM.\n");
+        return argc < 2 ? 2 : 0;
+    }
+    long every = 10, window = 1000;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(argv[i + 1], &end, 10);
+        if (errno || *end || v < 1 || v > 600000) {
+            fprintf(stderr, "canary: %s: not a number of ms\n", argv[i]);
+            return 2;
+        }
+        if (strcmp(argv[i], "--every-ms") == 0)
+            every = v;
+        else if (strcmp(argv[i], "--window-ms") == 0)
+            window = v;
+        else {
+            fprintf(stderr, "canary: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    PGconn *c = PQconnectdb(argv[1]);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "canary: %s", PQerrorMessage(c));
+        return 1;
+    }
+    if (!run(c, "SET application_name = 'buzz-coexist-canary';"
+                "CREATE SCHEMA IF NOT EXISTS buzz_canary;"
+                "CREATE TABLE IF NOT EXISTS buzz_canary.health"
+                " (p99_ms double precision NOT NULL, at timestamptz NOT NULL);"
+                "TRUNCATE buzz_canary.health;"
+                "INSERT INTO buzz_canary.health VALUES (0, now())")) {
+        PQfinish(c);
+        return 1;
+    }
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    double *all = malloc(CANARY_MAX_PROBES * sizeof *all);
+    double *tmp = malloc(CANARY_MAX_PROBES * sizeof *tmp);
+    if (all == NULL || tmp == NULL) {
+        fprintf(stderr, "canary: out of memory\n");
+        return 1;
+    }
+    size_t n = 0, window_start = 0;
+    double next = now_ms(), window_end = next + (double)window;
+    unsigned seed = 1;
+    while (!stopping && n < CANARY_MAX_PROBES) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT abalance FROM pgbench_accounts WHERE aid = %d",
+                 1 + (int)(rand_r(&seed) % 1000000));
+        double t0 = now_ms();
+        if (!run(c, sql))
+            break;
+        all[n++] = now_ms() - t0;
+        if (now_ms() >= window_end) {
+            char upd[128];
+            snprintf(upd, sizeof upd, "UPDATE buzz_canary.health SET p99_ms = %.3f, at = now()",
+                     p99(all + window_start, n - window_start, tmp));
+            if (!run(c, upd))
+                break;
+            window_start = n;
+            window_end = now_ms() + (double)window;
+        }
+        next += (double)every;
+        double wait = next - now_ms();
+        if (wait > 0) {
+            struct timespec ts = {(time_t)(wait / 1e3),
+                                  (long)((wait - (double)(long)(wait / 1e3) * 1e3) * 1e6)};
+            nanosleep(&ts, NULL);
+        } else {
+            next = now_ms(); /* late: do not burst to catch up */
+        }
+    }
+    printf("%.2f\n", p99(all, n, tmp));
+    free(all);
+    free(tmp);
+    PQfinish(c);
+    return 0;
+}
