@@ -33,6 +33,11 @@
  *   pg_wal_replay_resume().
  * - test_configure_refuses_bad_values: bf_throttle_configure keeps the old configuration when
  *   a value is invalid.
+ * - test_xid_age_trips_and_releases (its own group, on scripts/pg.sh aged-start's cluster):
+ *   bf__throttle_check's xid_age column and comparison, and step_health's wait: with
+ *   xid_age_pct 1 a step commits nothing and reports "throttled by xid_age: 1% (limit 1%)",
+ *   the row shows signal xid_age; at 2 % the next step runs batches and the row's throttle
+ *   fields are cleared; every row is applied once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,6 +89,41 @@ static bf_err cbblock_mutate(bf_txn *txn, void *arg)
     return err;
 }
 
+/* Register defs[0..n), start each, and make the throttle the engines share. */
+static void start_all(int n)
+{
+    const bf_definition *list[8];
+    for (int i = 0; i < n; i++)
+        list[i] = &defs[i];
+    registry = bt_registry(list, (size_t)n);
+    assert_int_equal(bf_throttle_new(&throttle), BF_OK);
+    bt_set_throttle(throttle);
+    bf_engine *e = bt_engine(registry, "operator", 0);
+    assert_int_equal(bf_register_all(e), BF_OK);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
+    bf_engine_close(e);
+}
+
+/* scripts/pg.sh COMMAND for a second cluster (standby-start, aged-start): the URL it prints
+ * (malloc'd); with want_url false (the stop commands) NULL, after checking it succeeded. */
+static char *pg_side(const char *command, bool want_url)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' %s", BUZZ_SOURCE_DIR, command);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[256] = "";
+    if (fgets(line, sizeof line, p) == NULL)
+        line[0] = '\0';
+    assert_int_equal(pclose(p), 0);
+    if (!want_url)
+        return NULL;
+    line[strcspn(line, "\n")] = '\0';
+    assert_true(strncmp(line, "postgresql://", 13) == 0);
+    return strdup(line);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -121,16 +161,7 @@ static int setup(void **state)
     defs[6].needs_repair = "true";
     defs[6].mutate = cbblock_mutate;
     defs[7] = items_def("thr.xact_v1", "thr_xact", COUNT, BATCH);
-    const bf_definition *const list[] = {&defs[0], &defs[1], &defs[2], &defs[3],
-                                         &defs[4], &defs[5], &defs[6], &defs[7]};
-    registry = bt_registry(list, 8);
-    assert_int_equal(bf_throttle_new(&throttle), BF_OK);
-    bt_set_throttle(throttle);
-    bf_engine *e = bt_engine(registry, "operator", 0);
-    assert_int_equal(bf_register_all(e), BF_OK);
-    for (int i = 0; i < 8; i++)
-        assert_int_equal(bt_act(e, BF_ACTION_START, defs[i].id), BF_OK);
-    bf_engine_close(e);
+    start_all(8);
     return 0;
 }
 
@@ -517,33 +548,10 @@ static void test_rate_ceilings(void **state)
     bf_engine_close(e);
 }
 
-/* scripts/pg.sh standby-start: the replica's URL (the test database has the same name). */
-static char *standby_url(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' standby-start", BUZZ_SOURCE_DIR);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char line[256] = "";
-    if (fgets(line, sizeof line, p) == NULL)
-        line[0] = '\0';
-    assert_int_equal(pclose(p), 0);
-    line[strcspn(line, "\n")] = '\0';
-    assert_true(strncmp(line, "postgresql://", 13) == 0);
-    return strdup(line);
-}
-
-static void standby_stop(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s/scripts/pg.sh' standby-stop >/dev/null", BUZZ_SOURCE_DIR);
-    assert_int_equal(system(cmd), 0);
-}
-
 static void test_replica_lag_throttles_and_resumes(void **state)
 {
     (void)state;
-    char *url = standby_url();
+    char *url = pg_side("standby-start", true);
     PGconn *standby = PQconnectdb(url);
     assert_int_equal(PQstatus(standby), CONNECTION_OK);
     PGresult *r = PQexec(standby, "SELECT pg_wal_replay_pause()");
@@ -584,7 +592,7 @@ static void test_replica_lag_throttles_and_resumes(void **state)
     }
     assert_int_equal(info.step, BF_STEP_BATCH);
     PQfinish(standby);
-    standby_stop();
+    (void)pg_side("standby-stop >/dev/null", false);
     free(url);
     cfg.replica_lag_bytes = 0;
     configure("thr.lag_v1", &cfg, 0);
@@ -632,6 +640,64 @@ static void test_configure_refuses_bad_values(void **state)
     assert_int_equal(now.wait_ms, 3);
 }
 
+/* ---- the xid_age signal, on a cluster whose transaction IDs are old ------------------------ */
+
+/* The signal trips at a whole percentage of the 2^31 wraparound horizon, 21 million IDs a
+ * percent, which no test can spend: scripts/pg.sh aged-start makes a scratch cluster whose next
+ * transaction ID begins 40 million in (pg_resetwal -x), so every database there is at about
+ * 1.9 %. This group points BUZZ_TEST_PG_URL at it before anything connects, with one
+ * definition (defs[0], the first group's registry is gone). */
+static int aged_setup(void **state)
+{
+    (void)state;
+    char *url = pg_side("aged-start", true);
+    setenv("BUZZ_TEST_PG_URL", url, 1);
+    free(url);
+    bt_db_create("throttle_xid");
+    PGconn *c = bt_connect();
+    bt_make_items(c, "thr_xid", ROWS);
+    /* the premise: this database is past 1 % of the horizon and short of 2 % */
+    assert_int_equal(bt_int(c, "SELECT floor(age(datfrozenxid) * 100.0 / 2147483648)"
+                               " FROM pg_database WHERE datname = current_database()"),
+                     1);
+    PQfinish(c);
+    defs[0] = items_def("thr.xid_v1", "thr_xid", COUNT, BATCH);
+    start_all(1);
+    return 0;
+}
+
+static int aged_teardown(void **state)
+{
+    teardown(state);
+    (void)pg_side("aged-stop >/dev/null", false);
+    return 0;
+}
+
+static void test_xid_age_trips_and_releases(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.xid_age_pct = 1, .wait_ms = 1, .check_ms = 1};
+    configure("thr.xid_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-xid", 30000);
+    bf_worker *w = bt_claimed_worker(e, "thr.xid_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    assert_non_null(strstr(info.detail, "throttled by xid_age: 1% (limit 1%)"));
+    bf_backfill b = bt_get(e, "thr.xid_v1");
+    assert_string_equal(b.throttle_signal, "xid_age");
+    assert_int_equal(b.rows_covered, 0);
+
+    cfg.xid_age_pct = 2; /* above the database's age: released */
+    configure("thr.xid_v1", &cfg, 0);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    assert_string_equal(bt_get(e, "thr.xid_v1").throttle_signal, "");
+    finish_and_check(e, w, "thr.xid_v1", "thr_xid");
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -646,5 +712,9 @@ int main(void)
         cmocka_unit_test(test_replica_lag_throttles_and_resumes),
         cmocka_unit_test(test_configure_refuses_bad_values),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest aged[] = {
+        cmocka_unit_test(test_xid_age_trips_and_releases),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    return failed + cmocka_run_group_tests(aged, aged_setup, aged_teardown);
 }
