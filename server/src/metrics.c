@@ -73,8 +73,7 @@ struct srv_metrics {
     /* events */
     atomic_ullong events[BF_EV_COUNT];
     atomic_ullong claims[CLAIM_KINDS];
-    atomic_ullong batches_attempted, batches_committed, batches_fenced_out, rows_changed,
-        keys_passed;
+    atomic_ullong batches_committed, batches_fenced_out, rows_changed, keys_passed;
     atomic_ullong checkpoint_advances, bound_reached, blocked, failed;
     atomic_ullong validations_passed, validations_failed;
     atomic_ullong actions_applied, actions_rejected;
@@ -251,7 +250,6 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         break;
     case BF_EV_BATCH_COMMITTED:
         if (rec->batches > 0) {
-            metrics_add(&m->batches_attempted, (unsigned long long)rec->batches);
             metrics_add(&m->batches_committed, (unsigned long long)rec->batches);
             metrics_add(&m->checkpoint_advances, 1);
             if (rec->duration_us >= 0)
@@ -268,7 +266,6 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         metrics_add(&m->batches_fenced_out, 1);
         break;
     case BF_EV_BATCH_ROLLED_BACK:
-        metrics_add(&m->batches_attempted, 1);
         metrics_reason_add(&m->rolled_back, rec->reason, 1);
         break;
     case BF_EV_ATTEMPT_RETRY:
@@ -412,25 +409,37 @@ static void metrics_head(metrics_buf *b, const char *name, const char *type, con
                    type);
 }
 
-static void metrics_counter(metrics_buf *b, const char *name, const char *help, atomic_ullong *c)
+static void metrics_counter_value(metrics_buf *b, const char *name, const char *help,
+                                  unsigned long long v)
 {
     metrics_head(b, name, "counter", help);
-    metrics_printf(b, "buzz_backfill_%s %llu\n", name, metrics_get(c));
+    metrics_printf(b, "buzz_backfill_%s %llu\n", name, v);
 }
 
-static void metrics_reasons_render(metrics_buf *b, const char *name, const char *help,
-                                   metrics_reasons *t)
+static void metrics_counter(metrics_buf *b, const char *name, const char *help, atomic_ullong *c)
+{
+    metrics_counter_value(b, name, help, metrics_get(c));
+}
+
+/* One counter family by reason; returns the sum of the values it rendered. */
+static unsigned long long metrics_reasons_render(metrics_buf *b, const char *name, const char *help,
+                                                 metrics_reasons *t)
 {
     metrics_head(b, name, "counter", help);
+    unsigned long long sum = 0;
     for (int i = 0; i < METRICS_REASON_SLOTS; i++) {
         unsigned long long key = atomic_load(&t->key[i]);
         if (key == 0)
             break;
         char buf[3];
+        unsigned long long v = metrics_get(&t->count[i]);
+        sum += v;
         metrics_printf(b, "buzz_backfill_%s{reason=\"%s\"} %llu\n", name,
-                       metrics_reason_label(key, buf), metrics_get(&t->count[i]));
+                       metrics_reason_label(key, buf), v);
     }
-    metrics_printf(b, "buzz_backfill_%s{reason=\"other\"} %llu\n", name, metrics_get(&t->other));
+    unsigned long long other = metrics_get(&t->other);
+    metrics_printf(b, "buzz_backfill_%s{reason=\"other\"} %llu\n", name, other);
+    return sum + other;
 }
 
 /* One histogram's series; labels: "" or `method="Admin.Get",` (with the trailing comma). */
@@ -534,19 +543,22 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
     for (int i = 0; i < CLAIM_KINDS; i++)
         metrics_printf(b, "buzz_backfill_claims_total{event=\"%s\"} %llu\n", metrics_claim_names[i],
                        metrics_get(&m->claims[i]));
-    metrics_counter(b, "batches_attempted_total",
-                    "Batches this process's workers began: committed plus rolled back.",
-                    &m->batches_attempted);
-    metrics_counter(b, "batches_committed_total", "Batches committed by this process's workers.",
-                    &m->batches_committed);
+    unsigned long long committed = metrics_get(&m->batches_committed);
+    metrics_counter_value(b, "batches_committed_total",
+                          "Batches committed by this process's workers.", committed);
     metrics_counter(b, "batches_fenced_out_total",
                     "Batches rejected at commit because their claim was no longer current "
                     "(stale owner).",
                     &m->batches_fenced_out);
-    metrics_reasons_render(b, "batches_rolled_back_total",
-                           "Batches rolled back, by reason (SQLSTATE class or stop, fence, "
-                           "timeout, ...).",
-                           &m->rolled_back);
+    unsigned long long rolled_back =
+        metrics_reasons_render(b, "batches_rolled_back_total",
+                               "Batches rolled back, by reason (SQLSTATE class or stop, fence, "
+                               "timeout, ...).",
+                               &m->rolled_back);
+    /* derived from the two it sums, read once, so a scrape always adds up */
+    metrics_counter_value(b, "batches_attempted_total",
+                          "Batches this process's workers began: committed plus rolled back.",
+                          committed + rolled_back);
     metrics_counter(b, "rows_changed_total", "Rows the committed batches' mutations changed.",
                     &m->rows_changed);
     metrics_counter(b, "keys_passed_total", "Source keys the committed batches passed.",
