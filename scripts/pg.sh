@@ -404,8 +404,8 @@ cmd_stop()
         rm -f "$STATE_FILE"
         return 0
     fi
-    standby_stop
-    aged_stop
+    side_stop "$STATE/standby"
+    side_stop "$STATE/aged"
     if is_running; then
         if ! as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t 60 >/dev/null &&
             postmaster_alive; then
@@ -440,15 +440,44 @@ cmd_crash_restart()
 
 # ---- the streaming replica ---------------------------------------------------------------------
 
-standby_paths()
+# A second cluster in DIR (the standby, the aged cluster): does it run, print its URL, stop and
+# delete it, and the stop command.
+side_running()
 {
-    SDATA="$STATE/standby"
-    SLOG="$STATE/standby.log"
+    [[ -f "$1/PG_VERSION" ]] && as_owner "$BINDIR/pg_ctl" status -D "$1" >/dev/null 2>&1
 }
 
-standby_running()
+side_url()
 {
-    [[ -f "$SDATA/PG_VERSION" ]] && as_owner "$BINDIR/pg_ctl" status -D "$SDATA" >/dev/null 2>&1
+    url_for_port "$(sed -n 4p "$1/postmaster.pid")"
+}
+
+side_stop()
+{
+    if side_running "$1"; then
+        as_owner "$BINDIR/pg_ctl" stop -D "$1" -m immediate -w -t 30 >/dev/null || true
+    fi
+    [[ -d "$1" ]] && as_owner rm -rf "$1"
+    return 0
+}
+
+# side_start DIR LOG PORT NAME: start the cluster in DIR and print its URL
+side_start()
+{
+    as_owner "$BINDIR/pg_ctl" start -D "$1" -l "$2" -w -t 60 >/dev/null ||
+        die "$4 start failed (log: $2)"
+    wait_ready "$3" || die "$4 not accepting connections (log: $2)"
+    url_for_port "$3"
+}
+
+# cmd_side_stop NAME DIR_UNDER_STATE
+cmd_side_stop()
+{
+    take_lock
+    resolve_state
+    [[ -n "$STATE" ]] || return 0
+    side_stop "$STATE/$2"
+    echo "$PROG: $1 stopped"
 }
 
 cmd_standby_start()
@@ -456,11 +485,10 @@ cmd_standby_start()
     take_lock
     resolve_state
     is_running || die "not running (use: $0 start)"
-    standby_paths
-    local primary sport
+    local primary sport SDATA="$STATE/standby"
     primary="$(current_port)" || die "cannot determine the port"
-    if standby_running; then
-        url_for_port "$(sed -n 4p "$SDATA/postmaster.pid")"
+    if side_running "$SDATA"; then
+        side_url "$SDATA"
         return 0
     fi
     as_owner rm -rf "$SDATA"
@@ -472,55 +500,26 @@ cmd_standby_start()
     sport="$(pick_port "" "$primary")" || die "no free port for the standby"
     printf 'port = %s\nunix_socket_directories = %s\nhot_standby = on\n' "$sport" \
         "$(conf_quote "$SOCK")" | as_owner tee "$SDATA/buzz_runtime.conf" >/dev/null
-    as_owner "$BINDIR/pg_ctl" start -D "$SDATA" -l "$SLOG" -w -t 60 >/dev/null ||
-        die "standby start failed (log: $SLOG)"
-    wait_ready "$sport" || die "standby not accepting connections (log: $SLOG)"
-    url_for_port "$sport"
-}
-
-standby_stop()
-{
-    standby_paths
-    if standby_running; then
-        as_owner "$BINDIR/pg_ctl" stop -D "$SDATA" -m immediate -w -t 30 >/dev/null || true
-    fi
-    [[ -d "$SDATA" ]] && as_owner rm -rf "$SDATA"
-    return 0
+    side_start "$SDATA" "$STATE/standby.log" "$sport" standby
 }
 
 cmd_standby_stop()
 {
-    take_lock
-    resolve_state
-    [[ -n "$STATE" ]] || return 0
-    standby_stop
-    echo "$PROG: standby stopped"
+    cmd_side_stop standby standby
 }
 
 # ---- the aged cluster (old transaction IDs) ----------------------------------------------------
 
 AGED_XID=40000000
 
-aged_paths()
-{
-    ADATA="$STATE/aged"
-    ALOG="$STATE/aged.log"
-}
-
-aged_running()
-{
-    [[ -f "$ADATA/PG_VERSION" ]] && as_owner "$BINDIR/pg_ctl" status -D "$ADATA" >/dev/null 2>&1
-}
-
 cmd_aged_start()
 {
     take_lock
     resolve_state
     is_running || die "not running (use: $0 start)"
-    aged_paths
-    local port seg
-    if aged_running; then
-        url_for_port "$(sed -n 4p "$ADATA/postmaster.pid")"
+    local port seg ADATA="$STATE/aged"
+    if side_running "$ADATA"; then
+        side_url "$ADATA"
         return 0
     fi
     as_owner rm -rf "$ADATA"
@@ -539,29 +538,12 @@ cmd_aged_start()
     port="$(pick_port "" "$(current_port)")" || die "no free port for the aged cluster"
     printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = %s\nfsync = off\n" \
         "$port" "$(conf_quote "$SOCK")" | as_owner tee -a "$ADATA/postgresql.conf" >/dev/null
-    as_owner "$BINDIR/pg_ctl" start -D "$ADATA" -l "$ALOG" -w -t 60 >/dev/null ||
-        die "aged cluster start failed (log: $ALOG)"
-    wait_ready "$port" || die "aged cluster not accepting connections (log: $ALOG)"
-    url_for_port "$port"
-}
-
-aged_stop()
-{
-    aged_paths
-    if aged_running; then
-        as_owner "$BINDIR/pg_ctl" stop -D "$ADATA" -m immediate -w -t 30 >/dev/null || true
-    fi
-    [[ -d "$ADATA" ]] && as_owner rm -rf "$ADATA"
-    return 0
+    side_start "$ADATA" "$STATE/aged.log" "$port" "aged cluster"
 }
 
 cmd_aged_stop()
 {
-    take_lock
-    resolve_state
-    [[ -n "$STATE" ]] || return 0
-    aged_stop
-    echo "$PROG: aged cluster stopped"
+    cmd_side_stop "aged cluster" aged
 }
 
 cmd_url()
