@@ -366,9 +366,7 @@ static void test_idle_flood_beyond_the_caps(void **state)
     int64_t until = now_ms() + WAIT_MS;
     int open = FLOOD;
     while (open != CAP) {
-        open = 0;
-        for (int i = 0; i < FLOOD; i++)
-            open += !sp_closed_by_daemon(&flood[i]);
+        open = sp_open_count(flood, FLOOD);
         if (open != CAP && now_ms() > until)
             fail_msg("%d flood connections stay open, the cap is %d; see %s", open, CAP,
                      daemon_.log);
@@ -378,9 +376,7 @@ static void test_idle_flood_beyond_the_caps(void **state)
         }
     }
     for (int s = 0; s < SOURCES; s++) {
-        int from = 0;
-        for (int i = 0; i < PER_SOURCE; i++)
-            from += !sp_closed_by_daemon(&flood[s * PER_SOURCE + i]);
+        int from = sp_open_count(&flood[s * PER_SOURCE], PER_SOURCE);
         if (from > PER_PEER)
             fail_msg("source %d keeps %d connections, the cap per peer is %d", s, from, PER_PEER);
     }

@@ -500,12 +500,8 @@ static void rig_hostile_peers(rig *r)
      * reader the daemon closed meanwhile (unread, then quiet) frees its slot for a flood
      * connection, so the open ones of both count (seen in a soak: 29 flood + 3 slow) */
     for (int64_t t0 = now_ms();; usleep(2000)) {
-        int open = 0;
-        for (int i = 0; i < ROB_FLOOD; i++)
-            open += !sp_closed_by_daemon(&flood[i]);
-        int slow_open = 0;
-        for (int i = 0; i < ROB_SLOW_READERS; i++)
-            slow_open += !sp_closed_by_daemon(&slow[i]);
+        int open = sp_open_count(flood, ROB_FLOOD);
+        int slow_open = sp_open_count(slow, ROB_SLOW_READERS);
         if (open + slow_open <= 32)
             break;
         if (now_ms() - t0 > ROB_WAIT_MS)

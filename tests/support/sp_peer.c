@@ -179,6 +179,14 @@ bool sp_closed_by_daemon(const sp_peer *p)
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+int sp_open_count(const sp_peer *peers, size_t n)
+{
+    int open = 0;
+    for (size_t i = 0; i < n; i++)
+        open += !sp_closed_by_daemon(&peers[i]);
+    return open;
+}
+
 long sp_unread(const sp_peer *p)
 {
     int outq = 0;
