@@ -128,10 +128,9 @@ int main(int argc, char **argv)
             window_end = now_ms() + (double)window;
         }
         next += (double)every;
-        double wait = next - now_ms();
-        if (wait > 0) {
-            struct timespec ts = {(time_t)(wait / 1e3),
-                                  (long)((wait - (double)(long)(wait / 1e3) * 1e3) * 1e6)};
+        long long wait_ns = (long long)((next - now_ms()) * 1e6);
+        if (wait_ns > 0) {
+            struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
             nanosleep(&ts, NULL);
         } else {
             next = now_ms(); /* late: do not burst to catch up */

@@ -157,6 +157,25 @@ backends()
     psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '$2%'" "$1"
 }
 
+# side_session NAME: run the SQL on stdin in the background in a session named
+# buzz-coexist-NAME (bounded by a statement timeout past the phase, cancelled after it); sets
+# SIDE_PID (psql) and SIDE_BACKEND (its backend's PID)
+side_session()
+{
+    local sql
+    sql="$(cat)"
+    printf "SET statement_timeout = '%ss';\n%s\n" "$((SECONDS_PER_PHASE + 30))" "$sql" |
+        PGAPPNAME="buzz-coexist-$1" psql -X -q "$url" >/dev/null 2>&1 &
+    SIDE_PID=$!
+    SIDE_BACKEND=""
+    for _ in $(seq 100); do
+        SIDE_BACKEND="$(backends "$url" "buzz-coexist-$1")"
+        [[ -z "$SIDE_BACKEND" ]] || return 0
+    done
+    echo "coexist: the $1 session did not start" >&2
+    exit 1
+}
+
 # phase NAME KIND [CONFIG|SHARE]: KIND none (pgbench alone), backfill (a daemon with the extra
 # configuration CONFIG) or control (a CPU burner at SHARE of one core). Prints
 # "tps p50_ms p99_ms keys_per_s idle_pct cpu_cores" on stdout.
@@ -176,6 +195,10 @@ phase()
             [[ "$(psql -X -qtAc "SELECT to_regclass('buzz_canary.health') IS NOT NULL" "$url")" != t ]] ||
                 break
         done
+        kill -0 "$canary" 2>/dev/null || {
+            echo "coexist: the canary did not start: $(cat "$TMP/canary.err")" >&2
+            exit 1
+        }
     fi
     if [[ "$kind" == backfill ]]; then
         conf="$TMP/$name.conf"
@@ -207,24 +230,19 @@ CONF
         work=$((per_ms * 20))
         sleep_ms="$(awk -v s="$extra" 'BEGIN { s = s > 0.95 ? 0.95 : (s < 0.01 ? 0.01 : s);
                                              printf "%d", 20 * (1 - s) / s }')"
-        PGAPPNAME=buzz-coexist-control psql -X -q "$url" >/dev/null 2>&1 <<SQL &
-SET statement_timeout = '$((SECONDS_PER_PHASE + 30))s';
+        side_session control <<SQL
 DO \$\$ BEGIN LOOP
     PERFORM count(*) FROM generate_series(1, $work);
     PERFORM pg_sleep($sleep_ms / 1000.0);
 END LOOP; END \$\$;
 SQL
-        burner=$!
-        for _ in $(seq 100); do
-            pids="$(backends "$url" buzz-coexist-control)"
-            [[ -z "$pids" ]] || break
-        done
-        [[ -n "$pids" ]] || { echo "coexist: the CPU burner did not start" >&2; exit 1; }
+        burner=$SIDE_PID pids=$SIDE_BACKEND
     elif [[ "$kind" == handloop ]]; then
         # the same repair by hand: a PL/pgSQL loop of keyset batches of the definition's size,
-        # each committed, paced to $extra keys per second; no engine, no fence, no claim
-        PGAPPNAME=buzz-coexist-handloop psql -X -q "$url" >/dev/null 2>&1 <<SQL &
-SET statement_timeout = '$((SECONDS_PER_PHASE + 30))s';
+        # each committed, paced to $extra keys per second; no engine, no fence, no claim (the
+        # batch size, needs_repair and update_set of examples/demo_definitions.c's
+        # content_len_v1, written out)
+        side_session handloop <<SQL
 DO \$\$
 DECLARE last bigint := 0; hi bigint; keys bigint := 0; t0 timestamptz := clock_timestamp();
         ahead double precision;
@@ -241,12 +259,7 @@ BEGIN LOOP
     IF ahead > 0 THEN PERFORM pg_sleep(ahead); END IF;
 END LOOP; END \$\$;
 SQL
-        burner=$!
-        for _ in $(seq 100); do
-            pids="$(backends "$url" buzz-coexist-handloop)"
-            [[ -z "$pids" ]] || break
-        done
-        [[ -n "$pids" ]] || { echo "coexist: the hand-written loop did not start" >&2; exit 1; }
+        burner=$SIDE_PID pids=$SIDE_BACKEND
     fi
     local progress="SELECT coalesce(sum(rows_covered), 0) FROM buzz_backfill.backfill"
     [[ "$kind" != handloop ]] ||
@@ -358,17 +371,16 @@ $THROTTLE_CONF")
     if ((LATENCY)); then
         # the canary's p99 alone, then a backfill that waits while the canary's last second is
         # above --latency-factor times it (no ceiling)
-        WITH_CANARY=1
-        read -r tps p50 p99 _ idle _ < <(phase "none+canary" none)
+        read -r tps p50 p99 _ idle _ < <(WITH_CANARY=1 phase "none+canary" none)
         c0="$(cat "$TMP/canary_p99")"
+        [[ -n "$c0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
         lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0")")
         target="$(awk -v c="$c0" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%.2f", c * f }')"
-        read -r tps p50 p99 rate idle cpu < <(phase latency backfill "batch_target_ms = $TARGET_MS
+        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=1 phase latency backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 throttle_custom_sql = \"SELECT CASE WHEN p99_ms > $target AND at > now() - interval '3 s' THEN 200 END FROM buzz_canary.health\"
 throttle_check_ms = 50
 $THROTTLE_CONF")
-        WITH_CANARY=0
         lines+=("$(row "latency #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
             "$(cat "$TMP/canary_p99") (<= $target)")")
         p99s_latency+=("$p99")
