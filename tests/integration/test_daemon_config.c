@@ -21,6 +21,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,14 +50,34 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Write a configuration file; returns its path (static buffer). */
+/* Tests must not depend on the machine's paths (a /run/buzz-backfill left by an installed
+ * package, a /tmp/x.sock of someone else): every path given to the real binary is under this
+ * test's own directory, written "@T/..." and expanded here. */
+static void expand_tmp(char *out, size_t cap, const char *in)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = in; *p != '\0'; p++) {
+        const char *add = p[0] == '@' && p[1] == 'T' ? tmpdir : NULL;
+        size_t len = add != NULL ? strlen(add) : 1;
+        assert_true(n + len < cap);
+        memcpy(out + n, add != NULL ? add : p, len);
+        n += len;
+        p += add != NULL ? 1 : 0;
+    }
+    out[n] = '\0';
+}
+
+/* Write a configuration file ("@T" expanded); returns its path (static buffer). */
 static const char *write_conf(const char *name, const char *text)
 {
     static char path[128];
+    static char expanded[16384];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    expand_tmp(expanded, sizeof expanded, text);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputs(text, f);
+    fputs(expanded, f);
     fclose(f);
     return path;
 }
@@ -303,10 +324,11 @@ static void test_redact_conninfo(void **state)
 /* Run the real binary; returns its exit status and its stdout in out. */
 static int run_daemon(char *out, size_t cap, const char *args)
 {
-    char cmd[1024];
+    char cmd[2048], expanded[1536];
+    expand_tmp(expanded, sizeof expanded, args);
     /* bounded: a run that is wrongly not refused would serve until killed */
     snprintf(cmd, sizeof cmd, "env -i PATH=/usr/bin:/bin timeout 20 '%s' %s 2>&1",
-             BUZZ_BACKFILLD_PATH, args);
+             BUZZ_BACKFILLD_PATH, expanded);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, cap - 1, p);
@@ -319,7 +341,7 @@ static void test_check_config_binary_redacts(void **state)
 {
     const char *path =
         write_conf("check.conf", "database_url = 'postgresql://app:Hunter2xyz@db:5432/relay'\n"
-                                 "listen = 'ipc:///tmp/check.sock'\n"
+                                 "listen = 'ipc://@T/check.sock'\n"
                                  "ipc_boundary = on\n");
     char args[256], out[8192];
     snprintf(args, sizeof args, "check-config --config '%s' --workers 7", path);
@@ -332,10 +354,11 @@ static void test_check_config_binary_redacts(void **state)
     /* the keyword form, from the environment */
     snprintf(args, sizeof args,
              "BUZZ_BACKFILL_DATABASE_URL='host=db password=Hunter2xyz' '%s' check-config "
-             "--listen ipc:///tmp/c.sock --ipc-boundary on",
+             "--listen ipc://@T/c.sock --ipc-boundary on",
              BUZZ_BACKFILLD_PATH);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "env -i %s 2>&1", args);
+    char cmd[1024], expanded[512];
+    expand_tmp(expanded, sizeof expanded, args);
+    snprintf(cmd, sizeof cmd, "env -i %s 2>&1", expanded);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, sizeof out - 1, p);
@@ -346,7 +369,7 @@ static void test_check_config_binary_redacts(void **state)
 
     /* invalid configuration: exit 1, reason on stderr, no secret */
     path = write_conf("invalid.conf", "database_url = 'postgresql://app:Hunter2xyz@db/relay'\n"
-                                      "listen = 'ipc:///tmp/check.sock'\n"
+                                      "listen = 'ipc://@T/check.sock'\n"
                                       "ipc_boundary = on\n"
                                       "threads = many\n");
     snprintf(args, sizeof args, "check-config -c '%s'", path);
@@ -363,26 +386,53 @@ static const char *write_file_mode(const char *name, const char *text, mode_t mo
     return path;
 }
 
+/* The sample, with its system paths moved under "@T" (missing there: this machine may well have
+ * /run/buzz-backfill or /etc/buzz from an installed package); returns the copy's path. */
+static const char *sample_copy(void)
+{
+    static const char *const prefixes[] = {"/run/buzz-backfill", "/etc/buzz", "/usr/lib/buzz"};
+    static char text[16384], moved[16384 + 512];
+    FILE *f = fopen(BUZZ_SOURCE_DIR "/examples/buzz-backfilld.conf", "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    size_t n = 0;
+    for (const char *p = text; *p != '\0';) {
+        bool system_path = false;
+        for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+            system_path |= strncmp(p, prefixes[i], strlen(prefixes[i])) == 0;
+        assert_true(n + 3 < sizeof moved);
+        if (system_path) {
+            memcpy(moved + n, "@T", 2);
+            n += 2;
+        }
+        moved[n++] = *p++;
+    }
+    moved[n] = '\0';
+    assert_non_null(strstr(moved, "ipc://@T/run/buzz-backfill/"));
+    return write_conf("sample.conf", moved);
+}
+
 /* The sample names a production host's paths: check-config says which is missing there, and
  * accepts the sample once they exist (given by flags, which override the file). */
 static void test_sample_configuration_is_valid(void **state)
 {
     static char out[8192];
     char args[1024];
-    assert_int_equal(run_daemon(out, sizeof out,
-                                "check-config -c '" BUZZ_SOURCE_DIR
-                                "/examples/buzz-backfilld.conf'"),
-                     1);
+    char sample[160];
+    snprintf(sample, sizeof sample, "%s", sample_copy());
+    snprintf(args, sizeof args, "check-config -c '%s'", sample);
+    assert_int_equal(run_daemon(out, sizeof out, args), 1);
     assert_non_null(strstr(out, "listen entry 1: the directory of the ipc path does not exist"));
     char keys[160], revoked[160], tls[160];
     snprintf(keys, sizeof keys, "%s", write_file_mode("sample.pub", "", 0644));
     snprintf(revoked, sizeof revoked, "%s", write_file_mode("sample.revoked", "", 0644));
     snprintf(tls, sizeof tls, "%s", write_file_mode("sample.pem", "", 0600));
     snprintf(args, sizeof args,
-             "check-config -c '" BUZZ_SOURCE_DIR "/examples/buzz-backfilld.conf' --listen "
-             "'ipc://%s/admin.sock, tls+tcp://0.0.0.0:7401' --trusted-keys-file '%s' "
-             "--revoked-tokens-file '%s' --tls-cert-key-file '%s'",
-             tmpdir, keys, revoked, tls);
+             "check-config -c '%s' --listen 'ipc://%s/admin.sock, tls+tcp://0.0.0.0:7401' "
+             "--trusted-keys-file '%s' --revoked-tokens-file '%s' --tls-cert-key-file '%s'",
+             sample, tmpdir, keys, revoked, tls);
     if (run_daemon(out, sizeof out, args) != 0)
         fail_msg("check-config of the sample: %s", out);
     assert_non_null(strstr(out, "auto_backfill = on"));
@@ -488,13 +538,13 @@ static const char *conf_with(const char *line)
 static void test_listen_port_range(void **state)
 {
     (void)state;
-    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock, tcp://127.0.0.1:99999'\n"
-                              "trusted_keys_file = /nonexistent"),
+    refused_by_both(conf_with("listen = 'ipc://@T/x.sock, tcp://127.0.0.1:99999'\n"
+                              "trusted_keys_file = @T/nonexistent"),
                     "listen entry 2: port must be a number from 1 to 65535", "Hunter2xyz");
-    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock, tcp://127.0.0.1:7x'\n"
-                              "trusted_keys_file = /nonexistent"),
+    refused_by_both(conf_with("listen = 'ipc://@T/x.sock, tcp://127.0.0.1:7x'\n"
+                              "trusted_keys_file = @T/nonexistent"),
                     "listen entry 2: port must be a number from 1 to 65535", NULL);
-    refused_by_both(conf_with("listen = 'tcp://127.0.0.1'\ntrusted_keys_file = /nonexistent"),
+    refused_by_both(conf_with("listen = 'tcp://127.0.0.1'\ntrusted_keys_file = @T/nonexistent"),
                     "listen entry 1: expected host:port", NULL);
 }
 
@@ -527,7 +577,7 @@ static void test_log_format(void **state)
     assert_int_equal(load(&cfg, diag, sizeof diag, NULL, "--log-format", "xml", NULL),
                      BF_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(diag, "flag --log-format: log_format must be text or json"));
-    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlog_format = yaml"),
+    refused_by_both(conf_with("listen = 'ipc://@T/x.sock'\nlog_format = yaml"),
                     "log_format must be text or json", "Hunter2xyz");
 }
 
@@ -536,11 +586,11 @@ static void test_log_format(void **state)
 static void test_lease_outlasts_timeouts(void **state)
 {
     (void)state;
-    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlease_ms = 5000\n"
+    refused_by_both(conf_with("listen = 'ipc://@T/x.sock'\nlease_ms = 5000\n"
                               "statement_timeout_ms = 5000"),
                     "lease_ms (5000) must be longer than step_ms + statement_timeout_ms (5200)",
                     "Hunter2xyz");
-    refused_by_both(conf_with("listen = 'ipc:///tmp/x.sock'\nlease_ms = 5000\n"
+    refused_by_both(conf_with("listen = 'ipc://@T/x.sock'\nlease_ms = 5000\n"
                               "statement_timeout_ms = 1000\nlock_timeout_ms = 6000"),
                     "and lock_timeout_ms (6000)", NULL);
 }
@@ -604,16 +654,16 @@ static void test_database_url_port(void **state)
     for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
         char text[600];
         snprintf(text, sizeof text,
-                 "database_url = '%s'\nlisten = 'ipc:///tmp/x.sock'\nipc_boundary = on\n", urls[i]);
+                 "database_url = '%s'\nlisten = 'ipc://@T/x.sock'\nipc_boundary = on\n", urls[i]);
         refused_by_both(text, "database_url: each port must be a number from 1 to 65535",
                         "Hunter2xyz");
     }
-    refused_by_both("database_url = \"host='Hunter2xyz\"\nlisten = 'ipc:///tmp/x.sock'\n"
+    refused_by_both("database_url = \"host='Hunter2xyz\"\nlisten = 'ipc://@T/x.sock'\n"
                     "ipc_boundary = on\n",
                     "database_url is not a valid libpq URL or conninfo", "Hunter2xyz");
     /* several hosts with their ports are fine */
     const char *path = write_conf("ports.conf", "database_url = 'postgresql://db:5432,db2:5433/x'\n"
-                                                "listen = 'ipc:///tmp/x.sock'\n"
+                                                "listen = 'ipc://@T/x.sock'\n"
                                                 "ipc_boundary = on\n");
     char args[300];
     static char out[8192];
@@ -628,14 +678,14 @@ static void test_audience_control_characters(void **state)
     static const char *const values[] = {"relay\tprod", "relay\x7f"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         char line[200];
-        snprintf(line, sizeof line, "listen = 'ipc:///tmp/x.sock'\ntoken_audience = \"%s\"",
+        snprintf(line, sizeof line, "listen = 'ipc://@T/x.sock'\ntoken_audience = \"%s\"",
                  values[i]);
         refused_by_both(conf_with(line),
                         "token_audience must be 1 to 127 bytes without control characters", NULL);
     }
     /* from the environment, with a newline in it */
     const char *path = write_conf("aud.conf", "database_url = 'postgresql://db/x'\n"
-                                              "listen = 'ipc:///tmp/x.sock'\n"
+                                              "listen = 'ipc://@T/x.sock'\n"
                                               "ipc_boundary = on\n");
     char cmd[700];
     static char out[8192];
