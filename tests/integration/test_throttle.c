@@ -165,12 +165,17 @@ static int setup(void **state)
     return 0;
 }
 
+/* Also the teardown of a group whose setup failed (cmocka runs it anyway): what the failed
+ * setup never made is NULL, never the previous group's freed registry and throttle (a failed
+ * aged-start used to free them a second time). */
 static int teardown(void **state)
 {
     (void)state;
     bt_set_throttle(NULL);
     bt_db_drop_registry(registry);
+    registry = NULL;
     bf_throttle_free(throttle);
+    throttle = NULL;
     return 0;
 }
 

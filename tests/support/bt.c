@@ -86,6 +86,7 @@ void bt_db_drop(void)
     snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", db_name);
     PQclear(PQexec(admin, sql));
     PQfinish(admin);
+    db_name[0] = '\0'; /* dropped once: a second call (a failed group's teardown) does nothing */
 }
 
 const char *bt_db_conninfo(void)
