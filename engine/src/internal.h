@@ -177,6 +177,33 @@ int64_t bf__throttle_pass(bf_throttle *t, const char *id, double def_rate, long 
 /* Count the sessions blocked by this session's locks (one bigint). */
 extern const char bf__throttle_blocked_sql[];
 
+/* The adaptive batch size (throttle.c, docs/throttling.md): a worker's last steps as keys per
+ * batch and microseconds per batch, and the batch time they fit, fixed_us + per_key_us * keys
+ * (fitted once two sizes far enough apart were seen). Caller storage; one per held claim. */
+#define BF_SIZE_WINDOW 8
+typedef struct bf_size_model {
+    double keys[BF_SIZE_WINDOW];
+    double us[BF_SIZE_WINDOW];
+    int n;          /* observations held */
+    int next;       /* where the next one goes */
+    double last_us; /* the newest observation's time per batch */
+    bool fitted;
+    double fixed_us, per_key_us;
+} bf_size_model;
+
+void bf__size_model_init(bf_size_model *m);
+/* A step that ran batches batches passing keys keys in elapsed_us (nothing when any is 0). */
+void bf__size_observe(bf_size_model *m, long batches, long keys, int64_t elapsed_us);
+/* size within [min, max] of cfg (batch_min, default declared / 100, at least 1; batch_max, never
+ * above declared, the definition's batch_size). */
+int bf__size_clamp(const bf_throttle_config *cfg, int declared, int size);
+/* The next size after the step m observed last: toward batch_target_ms by the fitted time, but
+ * never below the size whose per-key part is 4 times the fixed part (at least 0.8 of any fixed
+ * size's keys per second), by at most a factor 2 per step, clamped; without a target, twice size
+ * up to max (a size halved for lock waiters grows back); with nothing observed, size clamped.
+ * Pure. */
+int bf__size_next(const bf_throttle_config *cfg, int declared, int size, const bf_size_model *m);
+
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 
 typedef struct bf_sqlstate_class {

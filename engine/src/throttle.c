@@ -195,8 +195,92 @@ void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, ch
     *out = c;
 }
 
-int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size, long batches,
-                          int64_t elapsed_us)
+/*
+ * The adaptive batch size. A batch's time is modelled as fixed + per_key * keys: the fixed part
+ * (the fence, the commit, a statement trigger, a callback's round trips, a plan that scans) does
+ * not shrink with the batch, so a rule that assumes time proportional to size halves the size
+ * each step while the fixed part alone is over the target, down to batch_min, at a small
+ * fraction of the declared size's throughput (issue 16). Both parts are fitted by least squares
+ * over the worker's last BF_SIZE_WINDOW steps (keys per batch, time per batch), once they hold
+ * two sizes at least BF_SIZE_SPREAD apart; until then one size is all that is known, so the
+ * rule moves as if the time were proportional, which tells the fit what it needs at the next
+ * step. The size then aims at the target, but never below the size whose per-key part is
+ * BF_SIZE_FLOOR times the fixed part: keys / (fixed + per_key * keys) there is
+ * BF_SIZE_FLOOR / (BF_SIZE_FLOOR + 1) of 1 / per_key, which no size exceeds, so the adaptive
+ * size keeps at least 0.8 of the throughput of any fixed size, the declared one included. When
+ * the time does not grow with the size at all, the size grows to its maximum.
+ *
+ * An observation far from what the fit predicts (a lock, a plan flip, a trigger added) starts
+ * the window again from it: the old fit described another table.
+ */
+#define BF_SIZE_SPREAD  1.25 /* sizes this far apart separate the fixed part from the per-key */
+#define BF_SIZE_FLOOR   4.0  /* per-key part at least this many times the fixed part */
+#define BF_SIZE_DEVIATE 1.5  /* a step this many times off the fit starts the window again */
+
+void bf__size_model_init(bf_size_model *m)
+{
+    memset(m, 0, sizeof *m);
+}
+
+/* Least squares over the window when it holds sizes far enough apart; else the fit stays. */
+static void size_fit(bf_size_model *m)
+{
+    double kmin = m->keys[0], kmax = m->keys[0], ksum = 0, tsum = 0;
+    for (int i = 0; i < m->n; i++) {
+        kmin = m->keys[i] < kmin ? m->keys[i] : kmin;
+        kmax = m->keys[i] > kmax ? m->keys[i] : kmax;
+        ksum += m->keys[i];
+        tsum += m->us[i];
+    }
+    if (kmax < kmin * BF_SIZE_SPREAD)
+        return;
+    double kmean = ksum / m->n, tmean = tsum / m->n, var = 0, cov = 0;
+    for (int i = 0; i < m->n; i++) {
+        var += (m->keys[i] - kmean) * (m->keys[i] - kmean);
+        cov += (m->keys[i] - kmean) * (m->us[i] - tmean);
+    }
+    m->fitted = true;
+    if (cov <= 0) { /* the time does not grow with the size: all of it is fixed */
+        m->fixed_us = tmean;
+        m->per_key_us = 0;
+        return;
+    }
+    m->per_key_us = cov / var;
+    m->fixed_us = tmean - m->per_key_us * kmean;
+    if (m->fixed_us < 0) { /* noise: a line through the origin instead */
+        double kt = 0, kk = 0;
+        for (int i = 0; i < m->n; i++) {
+            kt += m->keys[i] * m->us[i];
+            kk += m->keys[i] * m->keys[i];
+        }
+        m->fixed_us = 0;
+        m->per_key_us = kt / kk;
+    }
+}
+
+void bf__size_observe(bf_size_model *m, long batches, long keys, int64_t elapsed_us)
+{
+    if (batches <= 0 || keys <= 0 || elapsed_us <= 0)
+        return;
+    double k = (double)keys / (double)batches, t = (double)elapsed_us / (double)batches;
+    if (m->fitted) {
+        double predicted = m->fixed_us + m->per_key_us * k;
+        if (t > predicted * BF_SIZE_DEVIATE || t * BF_SIZE_DEVIATE < predicted) {
+            m->n = m->next = 0;
+            m->fitted = false;
+        }
+    }
+    m->keys[m->next] = k;
+    m->us[m->next] = t;
+    m->next = (m->next + 1) % BF_SIZE_WINDOW;
+    if (m->n < BF_SIZE_WINDOW)
+        m->n++;
+    m->last_us = t;
+    size_fit(m);
+}
+
+/* [min, max] of cfg for a definition whose batch_size is declared. */
+static void size_bounds(const bf_throttle_config *cfg, int declared, int *min_out, int *max_out)
 {
     int max = cfg->batch_max > 0 && cfg->batch_max < declared ? cfg->batch_max : declared;
     int min = cfg->batch_min > 0 ? cfg->batch_min : declared / 100;
@@ -204,27 +288,50 @@ int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size,
         min = 1;
     if (min > max)
         min = max;
-    if (size < min || size > max)
-        size = size < min ? min : max;
-    if (batches <= 0 || elapsed_us <= 0)
+    *min_out = min;
+    *max_out = max;
+}
+
+int bf__size_clamp(const bf_throttle_config *cfg, int declared, int size)
+{
+    int min, max;
+    size_bounds(cfg, declared, &min, &max);
+    return size < min ? min : size > max ? max : size;
+}
+
+int bf__size_next(const bf_throttle_config *cfg, int declared, int size, const bf_size_model *m)
+{
+    int min, max;
+    size_bounds(cfg, declared, &min, &max);
+    size = bf__size_clamp(cfg, declared, size);
+    if (m->n == 0)
         return size;
     if (cfg->batch_target_ms <= 0) /* no target: back to the declared size, doubling a step
                                       (after a lock_waiters halving) */
         return size > max / 2 ? max : size * 2;
-    /* the time per key is about constant over a few steps: aim at target / that, by at most a
-     * factor 2 either way per step (a step's own noise cannot swing it further) */
-    double per_batch_us = (double)elapsed_us / (double)batches;
-    double ratio = (double)cfg->batch_target_ms * 1000.0 / per_batch_us;
-    if (ratio > 2.0)
-        ratio = 2.0;
-    if (ratio < 0.5)
-        ratio = 0.5;
-    double next = (double)size * ratio;
-    if (next > max)
-        next = max;
-    if (next < min)
-        next = min;
-    return (int)(next + 0.5);
+    double target_us = (double)cfg->batch_target_ms * 1000.0, want;
+    if (!m->fitted) {
+        /* one size known: as if the time were proportional to it */
+        want = (double)size * target_us / m->last_us;
+    } else if (m->per_key_us <= 0) {
+        want = max; /* shrinking cannot make a batch faster */
+    } else {
+        want = (target_us - m->fixed_us) / m->per_key_us;
+        double floor = BF_SIZE_FLOOR * m->fixed_us / m->per_key_us;
+        if (want < floor)
+            want = floor;
+    }
+    /* at most a factor 2 either way per step (a step's own noise cannot swing it further) */
+    if (want > 2.0 * size)
+        want = 2.0 * size;
+    if (want < 0.5 * size)
+        want = 0.5 * size;
+    int next = want > max ? max : want < min ? min : (int)(want + 0.5);
+    /* over the target at the smallest size with one size known: learn from a larger one (a
+     * fixed cost would keep the batch there for good) */
+    if (!m->fitted && size == min && m->last_us > target_us && size < max)
+        next = size > max / 2 ? max : size * 2;
+    return next;
 }
 
 /* The schedule of id's ceiling (created on first use; NULL without memory). Locked. */

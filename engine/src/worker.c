@@ -70,6 +70,8 @@ struct bf_worker {
     /* when this worker last knew its claim extended (claimed, a fence committed, renewed): a
      * throttled worker renews once a third of the lease has passed since */
     int64_t extended_us;
+    /* the time this claim's batches took, which the adaptive size is fitted to */
+    bf_size_model sizing;
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -250,6 +252,7 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     /* a new owner starts at the size the last one used (clamped to the current configuration
      * at its first step) */
     w->size = w->size_written = bf__isnull(r, 0, 12) ? 0 : (int)bf__field_i64(r, 0, 12);
+    bf__size_model_init(&w->sizing);
     w->throttle_signal[0] = w->throttle_value[0] = '\0';
     w->checked_us = w->throttled_us = 0;
     w->extended_us = bf__monotonic_us();
@@ -1064,16 +1067,17 @@ static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_i
     return BF_OK;
 }
 
-/* After a step's batches: the next adaptive size (halved when a batch blocked lock_waiters or
- * more sessions), then the rows-per-second ceilings. */
+/* After a step's batches: the next adaptive size from the time they took (halved when a batch
+ * blocked lock_waiters or more sessions), then the rows-per-second ceilings. */
 static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
                                  const loop_result *done, int64_t started_us, bf_step_info *info)
 {
     int64_t elapsed_us = bf__monotonic_us() - started_us;
     int declared = w->c->def->batch_size;
-    w->size = bf_throttle_next_size(cfg, declared, w->size, done->batches, elapsed_us);
+    bf__size_observe(&w->sizing, done->batches, done->rows, elapsed_us);
+    w->size = bf__size_next(cfg, declared, w->size, &w->sizing);
     if (cfg->lock_waiters > 0 && done->waiters >= cfg->lock_waiters) {
-        w->size = bf_throttle_next_size(cfg, declared, w->size / 2 > 0 ? w->size / 2 : 1, 0, 0);
+        w->size = bf__size_clamp(cfg, declared, w->size / 2 > 0 ? w->size / 2 : 1);
         w->checked_us = 0;
         char value[64];
         bf__format(value, sizeof value, "%ld blocked by a batch (limit %d)", done->waiters,
@@ -1107,7 +1111,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     char custom[BF_THROTTLE_SQL_MAX];
     bf_throttle_get(t, w->id, &cfg, custom, sizeof custom);
     int declared = w->c->def->batch_size;
-    w->size = bf_throttle_next_size(&cfg, declared, w->size > 0 ? w->size : declared, 0, 0);
+    w->size = bf__size_clamp(&cfg, declared, w->size > 0 ? w->size : declared);
     if (t != NULL) {
         bool tripped = false;
         err = step_health(w, &cfg, info, &tripped);

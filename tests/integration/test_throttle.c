@@ -22,9 +22,11 @@
  *   (worker.c batch_callback, before the fence).
  * - test_long_transaction_throttles: the xact_age signal of bf__throttle_check: another
  *   session's transaction open a second makes the step wait; committed, the backfill goes on.
- * - test_size_converges: bf_throttle_next_size as the worker applies it: batches that cost
+ * - test_size_converges: the adaptive size as the worker applies it (worker.c
+ *   step_after_batches; the rule itself: tests/unit/test_throttle_size.c): batches that cost
  *   about 2 ms a key settle near target / cost keys, never above the declared bound; without
- *   a target every batch has the declared size.
+ *   a target every batch has the declared size. A fixed cost per batch:
+ *   test_throttle_fixed_cost.c.
  * - test_rate_ceilings: bf__throttle_pass: the definition's and the process's ceilings make
  *   a step wait keys / rate, shown as signal "rate".
  * - test_replica_lag_throttles_and_resumes: a real streaming replica (scripts/pg.sh
@@ -461,20 +463,6 @@ static void test_long_transaction_throttles(void **state)
 static void test_size_converges(void **state)
 {
     (void)state;
-    /* pure rule: a target of 40 ms at 2 ms a key is 20 keys; at most a factor 2 a step */
-    bf_throttle_config rule = {.batch_target_ms = 40, .batch_min = 5};
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 200, 1, 400000), 100);
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 40000), 20);
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 1000), 40);
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 150, 1, 1000), 200); /* the bound */
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 6, 1, 1000000), 5);  /* the minimum */
-    rule.batch_max = 50;
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 1, 1000), 50);
-    rule.batch_target_ms = 0; /* off: back to the declared size (here batch_max), doubling */
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 20, 1, 1000), 40);
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 1, 1000), 50);
-    assert_int_equal(bf_throttle_next_size(&rule, 200, 40, 0, 0), 40); /* nothing measured */
-
     /* through the worker: from 200 keys (about 400 ms) toward 40 ms */
     bf_throttle_config cfg = {.batch_target_ms = 40, .batch_min = 2};
     configure("thr.size_v1", &cfg, 0);

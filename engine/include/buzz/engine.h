@@ -417,8 +417,10 @@ bf_err bf_wait_notify(bf_engine *engine, int timeout_ms);
  * wait_ms holding its claim (renewed) but no row lock, checks again, and resumes on its own.
  */
 typedef struct bf_throttle_config {
-    int batch_target_ms; /* adaptive batch size: aim at batches of this duration (0: off, every
-                            batch has the definition's batch_size) */
+    int batch_target_ms; /* adaptive batch size: aim at batches of this duration, but never at
+                            a size that loses more than a fifth of the keys per second to a
+                            batch's fixed cost (0: off, every batch has the definition's
+                            batch_size) */
     int batch_min;       /* smallest adaptive size (0: batch_size / 100, at least 1) */
     int batch_max;       /* largest adaptive size (0: batch_size; never above batch_size, the
                             declared bound, which the engine still enforces) */
@@ -454,14 +456,6 @@ bf_err bf_throttle_configure(bf_throttle *throttle, const bf_throttle_config *de
 /* The effective configuration of id (custom_sql copied into sql, sql_len bytes, or cut). */
 void bf_throttle_get(bf_throttle *throttle, const char *id, bf_throttle_config *out, char *sql,
                      size_t sql_len);
-
-/* The next adaptive batch size after a step ran batches batches of size size in elapsed_us:
- * toward batch_target_ms, by at most a factor 2 per step, within [min, max] of cfg and never
- * above declared (the definition's batch_size); without a target, twice size up to max (a size
- * halved for lock waiters grows back). With no batches measured, size within [min, max]. Pure;
- * exposed for tests. */
-int bf_throttle_next_size(const bf_throttle_config *cfg, int declared, int size, long batches,
-                          int64_t elapsed_us);
 
 /* ---- workers --------------------------------------------------------------------------- */
 
