@@ -269,12 +269,12 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
 
 /* Raw bound, state and generation of a row, outside any transaction. */
 static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64_t *generation,
-                            char *bound, bool *bound_empty)
+                            char *bound, bool *bound_empty, char *key_types, size_t key_types_len)
 {
     const char *params[] = {id};
     PGresult *r = NULL;
     bf_err err = bf__exec(e, &r, "read backfill",
-                          "SELECT state, generation, bound::text, bound_empty"
+                          "SELECT state, generation, bound::text, bound_empty, key_types"
                           " FROM buzz_backfill.backfill WHERE id = $1",
                           1, params);
     if (err != BF_OK)
@@ -288,6 +288,7 @@ static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64
     *state = st;
     *generation = bf__field_i64(r, 0, 1);
     *bound_empty = bf__field_bool(r, 0, 3);
+    bf__copy(key_types, key_types_len, bf__field(r, 0, 4));
     err = bf__key_field(e, bound, r, 0, 2);
     PQclear(r);
     return err;
@@ -311,8 +312,10 @@ static bf_err validate_run(validate_ctx *v, bool held)
     int64_t generation = 0;
     char bound[BF_KEY_TEXT_MAX];
     bool empty = false;
+    char key_types[sizeof((bf_backfill *)NULL)->key_types] = "";
     const bf_compiled *c = bf__registry_compiled(e->reg, v->id, NULL);
-    bf_err err = validate_read(e, v->id, &state, &generation, bound, &empty);
+    bf_err err =
+        validate_read(e, v->id, &state, &generation, bound, &empty, key_types, sizeof key_types);
     if (err == BF_ERR_NOT_FOUND) {
         out->err = BF_ERR_NOT_FOUND;
         bf__copy(out->detail, sizeof out->detail, "rejected: backfill not found");
@@ -327,6 +330,15 @@ static bf_err validate_run(validate_ctx *v, bool held)
         err = validate_current_state(v, "pending: validation does not run before start");
     } else if (c == NULL) {
         err = validate_current_state(v, "this process has no definition for the backfill");
+    } else if (strcmp(key_types, c->key_types) != 0) {
+        /* fail closed: this definition would read the bound and checkpoint as other types */
+        out->err = BF_ERR_INCOMPATIBLE;
+        bf__copy(out->detail, sizeof out->detail,
+                 "rejected: stored key types differ from the definition's");
+        err = validate_record(v, false, -1);
+        if (err == BF_OK)
+            err = bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
+        out->err = err;
     } else if (!held && (err = bf__validation_lock(e, v->id, &held)) != BF_OK) {
         out->err = err;
     } else if (!held) {
@@ -428,9 +440,10 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
             memset(out, 0, sizeof *out);
             bf_state st = 0;
             int64_t gen = 0;
-            char bound[BF_KEY_TEXT_MAX];
+            char bound[BF_KEY_TEXT_MAX], key_types[sizeof out->row.key_types];
             bool empty;
-            if (validate_read(e, id, &st, &gen, bound, &empty) == BF_OK) {
+            if (validate_read(e, id, &st, &gen, bound, &empty, key_types, sizeof key_types) ==
+                BF_OK) {
                 out->prior = out->result = st;
                 out->generation = gen;
             }
