@@ -1,0 +1,296 @@
+/*
+ * test_daemon_guards.c - spec guards proved through real buzz-backfilld processes (issue 27):
+ * each case names its guard, and was seen failing with that guard removed.
+ *
+ * - test_admin_audit_is_atomic: Admin.Start, Pause and Resume through the daemon (ipc boundary),
+ *   with a trigger on the audit table that refuses the accepted row of one pinned request ID:
+ *   the call answers a typed error, the row is unchanged (state, generation, bound,
+ *   checkpoint), and the same request ID succeeds exactly once after the fault. Guard:
+ *   actions.c bf_action_apply audits in the transition's transaction; killed by committing
+ *   the transition before the audit insert.
+ * - test_unregistered_required_id_gates: automatic mode on a migrated database whose
+ *   registration the test holds back (a SHARE lock on the backfill table, which the
+ *   registration's upsert waits for while reads go on): Readiness.Check answers NOT_READY with
+ *   the required ID listed without a state (not registered) and /readyz answers 503, until the
+ *   registration commits; then the ID gates as registered and the daemon becomes ready once
+ *   the backfill completes. Guard: the readiness statement's "b.id IS NULL OR" (migrate.c
+ *   readiness_sql); killed by removing it (READY while the required ID has no row).
+ * - test_ipc_boundary_off_refuses_tokenless: a daemon with ipc_boundary = off refuses a
+ *   token-less request on its ipc listener (UNAUTHENTICATED, nothing changed, the rejection
+ *   audited) and accepts the same request with a token; the daemon with the boundary on
+ *   accepts it token-less. Guard: auth.c auth_boundary_applies "auth->ipc_boundary &&";
+ *   killed by removing it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bt.h"
+#include "daemon.h"
+#include "http_get.h"
+
+#define ITEMS   "c09.items_v1"
+#define RUNNING "c09.running_v1"
+#define REQ     "c13.req_v1"
+#define OK      BD_SC(OK)
+
+static PGconn *pg;
+static int passed;
+#define CASES 3
+
+static int setup(void **state)
+{
+    (void)state;
+    pg = bd_suite_open("daemon_guards");
+    bt_make_items(pg, "c09_items", 100);
+    bd_migrate(NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bd_suite_close(NULL, pg, passed != CASES);
+    return 0;
+}
+
+/* state, generation, bound and checkpoint of id as one text */
+static char *row_text(PGconn *c, const char *id)
+{
+    char *s = bt_text(c,
+                      "SELECT concat_ws('|', state, generation, bound::text, checkpoint::text)"
+                      " FROM buzz_backfill.backfill WHERE id = '%s'",
+                      id);
+    assert_non_null(s);
+    return s;
+}
+
+static long long accepted(PGconn *c, const char *rid)
+{
+    return bt_int(c,
+                  "SELECT count(*) FROM buzz_backfill.audit WHERE request_id = '%s'"
+                  " AND outcome LIKE 'accepted%%'",
+                  rid);
+}
+
+/* ---- audit atomicity through the admin API ------------------------------------------- */
+
+static void faulted_then_retried(bfc_client *c, const char *method, const char *rid,
+                                 const char *want_state)
+{
+    bt_exec(pg, "UPDATE public.dg_fault SET request_id = '%s'", rid);
+    char *before = row_text(pg, ITEMS);
+    bd_control_resp *resp = NULL;
+    bd_pin(c, rid);
+    int st = bd_control(c, method, ITEMS, &resp);
+    if (st == OK)
+        fail_msg("%s answered OK although its audit row could not be written", method);
+    assert_true(st > 0); /* a typed status, not a lost answer */
+    bd_free(resp);
+    resp = NULL;
+    char *after = row_text(pg, ITEMS);
+    assert_string_equal(after, before);
+    assert_int_equal(accepted(pg, rid), 0);
+    free(after);
+
+    bt_exec(pg, "UPDATE public.dg_fault SET request_id = NULL");
+    bd_pin(c, rid);
+    assert_int_equal(bd_control(c, method, ITEMS, &resp), OK);
+    assert_true(resp->has_replayed);
+    assert_false(resp->replayed);
+    bd_free(resp);
+    resp = NULL;
+    bd_pin(c, rid);
+    assert_int_equal(bd_control(c, method, ITEMS, &resp), OK);
+    assert_true(resp->replayed);
+    bd_free(resp);
+    char *s = bt_text(pg, "SELECT state FROM buzz_backfill.backfill WHERE id = '%s'", ITEMS);
+    assert_string_equal(s, want_state);
+    free(s);
+    assert_int_equal(accepted(pg, rid), 1);
+    free(before);
+}
+
+static void test_admin_audit_is_atomic(void **state)
+{
+    (void)state;
+    bd_daemon d;
+    bd_options o = bd_defaults();
+    o.definitions = "c09";
+    o.workers = 0;
+    bd_start(&d, &o);
+    bd_wait_registered(pg, 2);
+    bt_exec(pg,
+            "CREATE TABLE public.dg_fault (request_id text); INSERT INTO dg_fault VALUES (NULL);"
+            "CREATE FUNCTION public.dg_audit_fault() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.request_id = (SELECT request_id FROM public.dg_fault)"
+            "  AND NEW.outcome LIKE 'accepted%%' THEN"
+            "  RAISE EXCEPTION 'audit insert refused by the test' USING ERRCODE = '23514';"
+            " END IF; RETURN NEW; END $$;"
+            "CREATE TRIGGER dg_audit_fault BEFORE INSERT ON buzz_backfill.audit"
+            " FOR EACH ROW EXECUTE FUNCTION public.dg_audit_fault()");
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, -1);
+    faulted_then_retried(c, "Start", "d9000000000000000000000000000001", "running");
+    char *bound =
+        bt_text(pg, "SELECT bound::text FROM buzz_backfill.backfill WHERE id = '%s'", ITEMS);
+    assert_string_equal(bound, "{100}");
+    free(bound);
+    faulted_then_retried(c, "Pause", "d9000000000000000000000000000002", "paused");
+    faulted_then_retried(c, "Resume", "d9000000000000000000000000000003", "running");
+    bfc_close(c);
+    bt_exec(pg, "DROP TRIGGER dg_audit_fault ON buzz_backfill.audit");
+    bd_stop(&d);
+    passed++;
+}
+
+/* ---- a required ID without a row gates, through Check and /readyz ---------------------- */
+
+static int readyz(int port)
+{
+    th_response r = th_request("GET", "127.0.0.1", port, "/readyz", 10000);
+    int st = r.status;
+    th_response_fini(&r);
+    return st;
+}
+
+static void test_unregistered_required_id_gates(void **state)
+{
+    (void)state;
+    const char *conninfo = bd_db_new("dg_gate");
+    PGconn *g = bd_connect(conninfo);
+    bt_install_barrier(g);
+    bt_make_items(g, "c13_items", 100);
+    bt_make_items(g, "c13_opt", 100);
+    bd_migrate(conninfo);
+    /* the registration waits for this lock; the readiness reads do not */
+    PGconn *holder = bd_connect(conninfo);
+    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN SHARE MODE");
+
+    int port = bd_free_port();
+    char extra[96];
+    snprintf(extra, sizeof extra, "http_listen = http://127.0.0.1:%d\n", port);
+    bd_options o = bd_defaults();
+    o.conninfo = conninfo;
+    o.definitions = "c13";
+    o.auto_backfill = true;
+    o.extra = extra;
+    bd_daemon d;
+    bd_start(&d, &o);
+    bt_wait_lock_waiters(g, 1); /* the registration reached PostgreSQL and waits */
+    assert_int_equal(bt_int(g, "SELECT count(*) FROM buzz_backfill.backfill"), 0);
+
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
+    bd_check_resp *r = bd_check(c, 0);
+    if (r->ready)
+        fail_msg("ready while the required %s has no row", REQ);
+    const Buzz__Backfill__V1__Component *comp = bd_component(r, "backfills");
+    assert_int_equal(comp->status, BD_CS(NOT_READY));
+    assert_int_equal(r->n_gating, 1);
+    assert_string_equal(r->gating[0]->id, REQ);
+    assert_false(r->gating[0]->has_state); /* required, not registered */
+    bd_free(r);
+    /* /readyz is the same computation; wait for its listener, then it says not ready */
+    int st = -1;
+    for (int i = 0; i < 1000 && (st = readyz(port)) == -1; i++)
+        bd_sleep_ms(10);
+    assert_int_equal(st, 503);
+
+    bt_exec(holder, "COMMIT");
+    bd_wait_registered(g, 2);
+    r = bd_check(c, 0);
+    assert_false(r->ready);
+    assert_int_equal(r->n_gating, 1);
+    assert_string_equal(r->gating[0]->id, REQ);
+    assert_true(r->gating[0]->has_state);
+    bd_free(r);
+    /* automatic mode starts it and workers complete it: ready */
+    for (int i = 0; i < 12; i++) {
+        r = bd_check(c, 5000);
+        bool ready = r->ready;
+        bd_free(r);
+        if (ready)
+            break;
+    }
+    r = bd_check(c, 0);
+    assert_true(r->ready);
+    bd_free(r);
+    assert_int_equal(readyz(port), 200);
+    bfc_close(c);
+    bd_stop(&d);
+    PQfinish(holder);
+    PQfinish(g);
+    bd_db_drop_last();
+    passed++;
+}
+
+/* ---- ipc_boundary = off ----------------------------------------------------------------- */
+
+static void test_ipc_boundary_off_refuses_tokenless(void **state)
+{
+    (void)state;
+    bd_options o = bd_defaults();
+    o.definitions = "c09";
+    o.workers = 0;
+    o.ipc_boundary = false;
+    bd_daemon d;
+    bd_start(&d, &o);
+    bd_wait_registered(pg, 2);
+    char *before = row_text(pg, RUNNING);
+    long long audits = bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit");
+
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, -1);
+    bd_control_resp *resp = NULL;
+    int st = bd_control(c, "Start", RUNNING, &resp);
+    if (st != BD_SC(UNAUTHENTICATED))
+        fail_msg("a token-less ipc Start with ipc_boundary = off answered %d, want %d", st,
+                 BD_SC(UNAUTHENTICATED));
+    bd_free(resp);
+    bfc_close(c);
+    char *after = row_text(pg, RUNNING);
+    assert_string_equal(after, before);
+    free(after);
+    assert_true(bt_int(pg,
+                       "SELECT count(*) FROM buzz_backfill.audit WHERE action = 'start'"
+                       " AND backfill_id = '%s' AND actor IS NULL",
+                       RUNNING) == 1);
+    assert_true(bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit") > audits);
+
+    /* a token on the same listener is authorized as anywhere else */
+    c = bd_client(d.ipc_url, bd_token(BFT_CAP_ALL), 0, -1);
+    resp = NULL;
+    assert_int_equal(bd_control(c, "Start", RUNNING, &resp), OK);
+    bd_free(resp);
+    bfc_close(c);
+    char *running =
+        bt_text(pg, "SELECT state FROM buzz_backfill.backfill WHERE id = '%s'", RUNNING);
+    assert_string_equal(running, "running");
+    free(running);
+    bd_stop(&d);
+
+    /* with the boundary on, the token-less request is the boundary's */
+    o.ipc_boundary = true;
+    bd_start(&d, &o);
+    c = bd_client(d.ipc_url, NULL, 0, -1);
+    resp = NULL;
+    assert_int_equal(bd_control(c, "Pause", RUNNING, &resp), OK);
+    bd_free(resp);
+    bfc_close(c);
+    bd_stop(&d);
+    free(before);
+    passed++;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_admin_audit_is_atomic),
+        cmocka_unit_test(test_unregistered_required_id_gates),
+        cmocka_unit_test(test_ipc_boundary_off_refuses_tokenless),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
