@@ -26,8 +26,12 @@
  *   - the classification table, classify.c sqlstate_table (55P03 retryable, 42703 and the
  *     42xxx undefined-object codes prerequisite, 22xxx data invariant), with worker.c
  *     failure_mode_of mapping classes to retry, block or fail.
- * Also checked: engine.c bf__pg_error keeps the server's message out of every diagnostic, and
- * actions.c retry keeps bound and checkpoint.
+ *   - the bound kept on retry: actions.c's retry transition leaves bound and checkpoint alone
+ *     (with the immutable-bound trigger behind it). Before every Retry the source grows above
+ *     the bound and inside it (grow_source), and completion must repair exactly the rows through
+ *     the captured bound that were after the checkpoint: a Retry that recaptured the bound
+ *     (seen: a mutant that re-runs the bound capture in the retry transition) fails here.
+ * Also checked: engine.c bf__pg_error keeps the server's message out of every diagnostic.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -215,10 +219,30 @@ static void assert_clean_everywhere(bf_engine *op, const char *id, const bf_step
         assert_clean_diag(audit[i].outcome);
 }
 
-/* The operator's retry resumes at the identical bound and checkpoint. */
-static bf_backfill retry_preserving(bf_engine *op, const char *id, bf_state expect)
+/* Before every Retry the source grows: rows above the captured bound (ids bound+1 .. bound+5,
+ * which a Retry that recaptured the bound would admit, and which the immutable-bound trigger
+ * then refuses) and a new row inside it after the checkpoint (the row at the bound, deleted and
+ * inserted again unrepaired), which the resumed work must repair. */
+static void grow_source(PGconn *c, const char *table, const bf_backfill *row)
+{
+    assert_true(row->has_bound);
+    long long bound = atoll(row->bound);
+    assert_true(!row->has_checkpoint || atoll(row->checkpoint) < bound);
+    bt_exec(c,
+            "INSERT INTO %s (id, val) SELECT g, g %% 1000 FROM generate_series(%lld, %lld) g"
+            " ON CONFLICT DO NOTHING;"
+            "DELETE FROM %s WHERE id = %lld;"
+            "INSERT INTO %s (id, val) VALUES (%lld, %lld)",
+            table, bound + 1, bound + 5, table, bound, table, bound, bound % 1000);
+}
+
+/* The operator's retry resumes at the identical bound and checkpoint, although the source grew
+ * before it (grow_source). */
+static bf_backfill retry_preserving(bf_engine *op, PGconn *c, const char *table, const char *id,
+                                    bf_state expect)
 {
     bf_backfill before = bt_get(op, id);
+    grow_source(c, table, &before);
     bf_action_result res = act(op, BF_ACTION_RETRY, id);
     assert_true(res.changed);
     assert_int_equal(res.prior, before.state);
@@ -252,14 +276,23 @@ static int claim_after_backoff(bf_worker *w, const char *id)
     return -1;
 }
 
+/* Completed at the bound captured by start (rows, the table's size then): every row through it
+ * repaired exactly once, the new row inside it too, none of the rows added above it. */
 static void run_to_completion(bf_engine *op, bf_worker *w, const char *id, const char *table,
                               PGconn *c, long long rows)
 {
     assert_int_equal(bf_worker_run(w, true), BF_OK);
     bf_backfill done = bt_get(op, id);
     assert_int_equal(done.state, BF_STATE_COMPLETED);
-    assert_int_equal(bt_int(c, "SELECT count(*) FROM %s WHERE counter = 1", table), rows);
-    assert_int_equal(bt_int(c, "SELECT count(*) FROM %s", table), rows);
+    assert_int_equal(atoll(done.bound), rows);
+    assert_int_equal(
+        bt_int(c, "SELECT count(*) FROM %s WHERE id <= %lld AND counter = 1", table, rows), rows);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM %s WHERE id > %lld", table, rows), 5);
+    assert_int_equal(bt_int(c,
+                            "SELECT count(*) FROM %s WHERE id > %lld AND (counter <> 0 OR fixed IS"
+                            " NOT NULL)",
+                            table, rows),
+                     0);
 }
 
 /* ---- (a) + (c): a persistent retryable error ends in failed; retry resumes ------------- */
@@ -328,7 +361,7 @@ static void test_retryable_error_is_bounded(void **state)
     assert_int_equal(bt_get(op, ID_RETRY).state, BF_STATE_FAILED);
 
     /* (c) retry at the existing bound and checkpoint, then fix the cause and complete */
-    retry_preserving(op, ID_RETRY, BF_STATE_RUNNING);
+    retry_preserving(op, c, "bounded_retry", ID_RETRY, BF_STATE_RUNNING);
     bt_exec(locker, "ROLLBACK");
     run_to_completion(op, w, ID_RETRY, "bounded_retry", c, 30);
 
@@ -369,13 +402,13 @@ static void test_prerequisite_false_blocks(void **state)
     assert_int_equal(bf_worker_claim(w, ID_PREREQ, NULL), BF_ERR_NO_WORK);
 
     /* retry without a fix blocks again, still at the same bound and checkpoint */
-    retry_preserving(op, ID_PREREQ, BF_STATE_RUNNING);
+    retry_preserving(op, c, "bounded_prereq", ID_PREREQ, BF_STATE_RUNNING);
     assert_int_equal(bf_worker_claim(w, ID_PREREQ, NULL), BF_OK);
     assert_int_equal(step_once(w, &info), BF_STEP_BLOCKED);
     assert_string_equal(bt_get(op, ID_PREREQ).checkpoint, "10");
 
     bt_exec(c, "UPDATE bounded_flags SET ready = true");
-    retry_preserving(op, ID_PREREQ, BF_STATE_RUNNING);
+    retry_preserving(op, c, "bounded_prereq", ID_PREREQ, BF_STATE_RUNNING);
     run_to_completion(op, w, ID_PREREQ, "bounded_prereq", c, 30);
 
     bf_worker_free(w);
@@ -407,7 +440,7 @@ static void test_missing_column_blocks(void **state)
     assert_clean_everywhere(op, ID_COLUMN, &info);
 
     bt_exec(c, "ALTER TABLE bounded_column ADD COLUMN extra integer NOT NULL DEFAULT 0");
-    retry_preserving(op, ID_COLUMN, BF_STATE_RUNNING);
+    retry_preserving(op, c, "bounded_column", ID_COLUMN, BF_STATE_RUNNING);
     run_to_completion(op, w, ID_COLUMN, "bounded_column", c, 20);
     assert_int_equal(bt_int(c, "SELECT count(*) FROM bounded_column WHERE fixed = val * 2"), 20);
 
@@ -441,7 +474,7 @@ static void test_server_message_never_leaks(void **state)
 
     bt_exec(c, "CREATE OR REPLACE FUNCTION public.bounded_convert(v integer) RETURNS integer"
                " LANGUAGE sql AS $$ SELECT v * 2 $$");
-    retry_preserving(op, ID_SECRET, BF_STATE_RUNNING);
+    retry_preserving(op, c, "bounded_secret", ID_SECRET, BF_STATE_RUNNING);
     run_to_completion(op, w, ID_SECRET, "bounded_secret", c, 20);
 
     bf_worker_free(w);
