@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation check of the database-level guards: for every CHECK constraint and trigger of the
-# engine schema, the batch fence (registry.c add_fence, compile_fence, compile_loop) and the
+# engine schema, the batch fence (compile.c add_fence, compile_fence, compile_loop) and the
 # batch verdict (batch_verdict in migrate.c, its callback counterpart in worker.c), build a copy
 # of the source tree with that one guard disabled, run the suites that claim to prove it, and
 # report the mutants that survived (every suite still passed). Run by hand, not in CI: it
@@ -83,7 +83,7 @@ cat >"$TMP/mutants.py" <<'PY'
 import re, sys
 
 MIG = "engine/src/migrate.c"
-REG = "engine/src/registry.c"
+REG = "engine/src/compile.c"
 WRK = "engine/src/worker.c"
 AUDIT = "CREATE TABLE buzz_backfill.audit ("
 REQUEST = "CREATE TABLE buzz_backfill.request ("

@@ -14,7 +14,7 @@
 
 #define BF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* ---- compiled definitions (registry.c) ------------------------------------------------- */
+/* ---- compiled definitions (registry.c, compile.c) ------------------------------------- */
 
 /* The SQL the engine derives from one definition, built once when it joins a registry. */
 typedef struct bf_compiled {
@@ -42,6 +42,11 @@ struct bf_registry {
     char *ids_all;      /* text[] literal of every stable ID, rebuilt on change */
     char *ids_required; /* text[] literal of the required stable IDs */
 };
+
+/* compile.c: fill c with the SQL of d (index: its place in the registry, which names its loop
+ * procedure); BF_ERR_NOMEM leaves c empty. bf__compiled_fini frees what it holds. */
+bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c);
+void bf__compiled_fini(bf_compiled *c);
 
 const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id, size_t *index);
 /* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked), owned by the
