@@ -591,4 +591,3 @@ bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c)
     }
     return BF_OK;
 }
-
