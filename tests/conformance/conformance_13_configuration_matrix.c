@@ -25,6 +25,12 @@
  *            validation rejected) while Readiness stays NOT_READY listing the gating IDs and
  *            their states; READY once all are completed.
  *
+ * Before every Resume and Retry the source grows above the bound and, where work remains,
+ * inside it after the checkpoint (grow_source): the recovered backfills complete at the bound
+ * captured by start, every row through it repaired once and none above it (assert_repaired),
+ * so a Resume or Retry that recaptured the bound fails here (seen with a mutant that re-runs
+ * the bound capture in actions.c's resume and retry transitions).
+ *
  * Guards proved: the readiness inputs of server/src/readiness.c readiness_compute() (the
  * schema check and, in automatic mode only, bf_gate()); the automatic start in
  * startup.c startup_start_required() only when auto_backfill is on; migrations only when
@@ -490,6 +496,59 @@ static Buzz__Backfill__V1__Backfill *find(Buzz__Backfill__V1__ListResponse *l, c
     return NULL;
 }
 
+/* Before every Resume and Retry the source grows: rows above the captured bound (ids
+ * bound+1 .. bound+5), which the resumed work must leave alone (a Resume or Retry that
+ * recaptured the bound would admit them, and the immutable-bound trigger refuses it), and with
+ * inside, while work remains after the checkpoint, the row at the bound replaced by a new
+ * unrepaired one, which it must repair. Returns the bound as captured (text[]). */
+static char *grow_source(PGconn *pg, const char *id, const char *table, bool inside)
+{
+    char *bound = bt_text(pg, "SELECT bound::text FROM buzz_backfill.backfill WHERE id = '%s'", id);
+    assert_non_null(bound);
+    long long b =
+        bt_int(pg, "SELECT bound[1]::bigint FROM buzz_backfill.backfill WHERE id = '%s'", id);
+    bt_exec(pg, "INSERT INTO %s (id, val) SELECT g, g %% 1000 FROM generate_series(%lld, %lld) g",
+            table, b + 1, b + 5);
+    if (inside) {
+        assert_int_equal(bt_int(pg,
+                                "SELECT count(*) FROM buzz_backfill.backfill WHERE id = '%s'"
+                                " AND (checkpoint IS NULL OR checkpoint[1]::bigint < %lld)",
+                                id, b),
+                         1);
+        bt_exec(pg, "DELETE FROM %s WHERE id = %lld; INSERT INTO %s (id, val) VALUES (%lld, %lld)",
+                table, b, table, b, b % 1000);
+    }
+    return bound;
+}
+
+/* Completed at the bound grow_source saw, its checkpoint there: every row through it repaired
+ * once (the replaced one too), none of the rows above it. Frees bound. */
+static void assert_repaired(PGconn *pg, const char *id, const char *table, char *bound)
+{
+    char *now = bt_text(pg,
+                        "SELECT bound::text || ' ' || checkpoint::text FROM buzz_backfill.backfill"
+                        " WHERE id = '%s'",
+                        id);
+    char want[128];
+    snprintf(want, sizeof want, "%s %s", bound, bound);
+    assert_string_equal(now, want);
+    free(now);
+    long long b =
+        bt_int(pg, "SELECT bound[1]::bigint FROM buzz_backfill.backfill WHERE id = '%s'", id);
+    assert_int_equal(bt_int(pg,
+                            "SELECT count(*) FROM %s WHERE id <= %lld AND fixed = val * 2"
+                            " AND counter = 1",
+                            table, b),
+                     b);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM %s WHERE id > %lld", table, b), 5);
+    assert_int_equal(bt_int(pg,
+                            "SELECT count(*) FROM %s WHERE id > %lld"
+                            " AND (counter <> 0 OR fixed IS NOT NULL)",
+                            table, b),
+                     0);
+    free(bound);
+}
+
 static void test_on_on_recovery_through_admin(void **state)
 {
     PGconn *pg = NULL;
@@ -539,37 +598,37 @@ static void test_on_on_recovery_through_admin(void **state)
     r = check_gated(&d);
     assert_gating(r, PAUSED_ID, BD_ST(PAUSED));
     bd_free(r);
+    char *paused_bound = grow_source(pg, PAUSED_ID, "c13_p", true);
     assert_int_equal(bd_control(op, "Resume", PAUSED_ID, &cr), OK);
     assert_int_equal(cr->resulting_state, BD_ST(RUNNING));
     bd_free(cr);
     bt_unlock(holder, K_PAUSED);
     wait_state(pg, PAUSED_ID, "completed");
+    assert_repaired(pg, PAUSED_ID, "c13_p", paused_bound);
     r = check_gated(&d);
     assert_null(gating(r, PAUSED_ID));
     bd_free(r);
 
     /* blocked: the operator provides the prerequisite, then retries */
     bt_exec(pg, "UPDATE c13_ctl SET prereq_ok = true");
+    char *blocked_bound = grow_source(pg, BLOCKED, "c13_b", true);
     assert_int_equal(bd_control(op, "Retry", BLOCKED, &cr), OK);
     assert_int_equal(cr->prior_state, BD_ST(BLOCKED));
     assert_int_equal(cr->resulting_state, BD_ST(RUNNING));
     bd_free(cr);
     wait_state(pg, BLOCKED, "completed");
+    assert_repaired(pg, BLOCKED, "c13_b", blocked_bound);
 
-    /* failed: the data the validation rejected is fixed, retry validates at the same bound */
-    char *bound =
-        bt_text(pg, "SELECT bound::text FROM buzz_backfill.backfill WHERE id = '%s'", FAILED);
+    /* failed: the data the validation rejected is fixed, retry validates at the same bound
+     * (no work remains: nothing is added inside it, the rows above it must not count) */
+    char *bound = grow_source(pg, FAILED, "c13_f", false);
     bt_exec(pg, "UPDATE c13_ctl SET break_validation = false");
     assert_int_equal(bd_control(op, "Retry", FAILED, &cr), OK);
     assert_int_equal(cr->prior_state, BD_ST(FAILED));
     assert_int_equal(cr->resulting_state, BD_ST(VALIDATING));
     bd_free(cr);
     wait_state(pg, FAILED, "completed");
-    char *bound_after =
-        bt_text(pg, "SELECT bound::text FROM buzz_backfill.backfill WHERE id = '%s'", FAILED);
-    assert_string_equal(bound, bound_after);
-    free(bound);
-    free(bound_after);
+    assert_repaired(pg, FAILED, "c13_f", bound);
 
     /* every recovered one completed; the held one still gates alone */
     r = check_gated(&d);
