@@ -80,6 +80,7 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *
     printf("error:       %s\n", v->error);
     printf("batch:       %s\n", v->batch);
     printf("throttled:   %s\n", v->throttle);
+    printf("slow:        %s\n", v->slow);
     char when[40] = "";
     if (b->last_validation != NULL && b->last_validation->has_at_us) {
         snprintf(when, sizeof when, " (");
@@ -305,8 +306,8 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             id_w = (int)strlen(id);
     }
     if (wide)
-        printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    CLAIM\n", id_w, "ID",
-               "STATE", "PROGRESS", "RATE", "ETA");
+        printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    SLOW         CLAIM\n", id_w,
+               "ID", "STATE", "PROGRESS", "RATE", "ETA");
     else
         printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
     for (size_t i = 0; i < shown->n; i++) {
@@ -326,12 +327,14 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
         snprintf(eta, sizeof eta, "%.*s", (int)strcspn(v.eta, " "), v.eta);
         if (wide) {
             /* the size the last worker used, and the signal a throttled one waits on */
-            char batch[16] = "-", signal[16];
+            /* and how the last step was slow: "batch 3.2 s" of "batch 3.2 s, median 40 ms" */
+            char batch[16] = "-", signal[16], slow[24];
             if (b->has_batch_size_current)
                 snprintf(batch, sizeof batch, "%u", b->batch_size_current);
             snprintf(signal, sizeof signal, "%.*s", (int)strcspn(v.throttle, ":"), v.throttle);
-            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %s", id_w, v.id, v.state, prog,
-                   rate_s, eta, v.generation, batch, signal, v.claim);
+            snprintf(slow, sizeof slow, "%.*s", (int)strcspn(v.slow, ","), v.slow);
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %-12s %s", id_w, v.id, v.state,
+                   prog, rate_s, eta, v.generation, batch, signal, slow, v.claim);
         } else
             printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
         putchar('\n');

@@ -292,5 +292,17 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
                  since);
         bfc_printable(v->throttle, sizeof v->throttle, raw);
     }
+    /* a collapse: a live claim holder's last step far slower than the recent median */
+    const Buzz__Backfill__V1__Slow *sl = b->slow;
+    if (sl == NULL || sl->value == NULL) {
+        snprintf(v->slow, sizeof v->slow, "-");
+    } else {
+        char since[24] = "unknown";
+        if (sl->has_since_us && has_now)
+            bfc_format_duration(since, sizeof since, now - sl->since_us);
+        char raw[160];
+        snprintf(raw, sizeof raw, "%.63s, %s", sl->value, since);
+        bfc_printable(v->slow, sizeof v->slow, raw);
+    }
     v->gating = b->has_gating && b->gating;
 }

@@ -31,6 +31,7 @@ typedef struct bfc_view {
     char updated[40];          /* "12s ago" */
     char batch[48];            /* "250 of 1000" (adaptive size of the declared bound), "-" */
     char throttle[BFC_CELL];   /* "replica_lag: 301234 bytes (limit 262144), 12s", "-" */
+    char slow[BFC_CELL];       /* "batch 3.2 s, median 40 ms, 12s", "-" */
     bool gating;
 } bfc_view;
 

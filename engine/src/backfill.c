@@ -65,6 +65,9 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     bf__copy(out->throttle_value, sizeof out->throttle_value, bf__field(r, row, c++));
     out->has_throttled_since = !bf__isnull(r, row, c);
     out->throttled_since = bf__field_i64(r, row, c++);
+    bf__copy(out->slow_value, sizeof out->slow_value, bf__field(r, row, c++));
+    out->has_slow_since = !bf__isnull(r, row, c);
+    out->slow_since = bf__field_i64(r, row, c++);
     out->registered_at = bf__field_i64(r, row, c++);
     out->updated_at = bf__field_i64(r, row, c++);
     out->has_started_at = !bf__isnull(r, row, c);

@@ -209,6 +209,24 @@ int bf__size_clamp(const bf_throttle_config *cfg, int declared, int size);
  * Pure. */
 int bf__size_next(const bf_throttle_config *cfg, int declared, int size, const bf_size_model *m);
 
+/* Collapse detection (throttle.c, docs/throttling.md "slow batches"): the time per batch and
+ * the keys per second (NaN when the step's batches were mostly not full) of a claim's recent
+ * steps that were not slow. Caller storage, zeroed to start. */
+#define BF_SLOW_WINDOW 16
+typedef struct bf_slow_model {
+    double batch_us[BF_SLOW_WINDOW];
+    double rate[BF_SLOW_WINDOW];
+    int n, next;
+} bf_slow_model;
+
+/* Judge a step that ran batches batches of (at most) size keys, passing keys keys in
+ * elapsed_us: "batch_time" when its time per batch is 10 times the window's median and at least
+ * 250 ms, "throughput" when its batches were mostly full and its keys per second a tenth of the
+ * median, with value (cap bytes) saying so ("batch 3.2 s, median 40 ms"); NULL (value "")
+ * otherwise, and the step joins the window. Nothing is judged before 5 steps. */
+const char *bf__slow_judge(bf_slow_model *m, long batches, long keys, int size, int64_t elapsed_us,
+                           char *value, size_t cap);
+
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 
 typedef struct bf_sqlstate_class {
@@ -259,6 +277,9 @@ const char *bf__error_class_name(bf_err err);
     " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.throttle_value END,"                 \
     " CASE WHEN b.claim_expires_at > clock_timestamp() THEN"                                       \
     "  (extract(epoch FROM b.throttled_since) * 1000000)::bigint END,"                             \
+    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.slow_value END,"                     \
+    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN"                                       \
+    "  (extract(epoch FROM b.slow_since) * 1000000)::bigint END,"                                  \
     " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"                                    \
     " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"                                       \
     " (extract(epoch FROM b.started_at) * 1000000)::bigint,"                                       \

@@ -211,6 +211,17 @@ static const char m6_throttle[] =
     "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT throttle_since CHECK ("
     "  (throttle_signal IS NULL) = (throttled_since IS NULL));";
 
+/* Version 7: a collapse as observed state (docs/throttling.md "slow batches"): while a claim
+ * holder's last step was much slower than the backfill's recent median, what it saw and since
+ * when. Written and cleared like the throttle fields (worker.c worker_observe), cleared by a
+ * claim, shown only while a live claim holds them. */
+static const char m7_slow[] =
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN slow_value text"
+    "  CONSTRAINT slow_value_length CHECK (octet_length(slow_value) < 64);"
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN slow_since timestamptz;"
+    "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT slow_since CHECK ("
+    "  (slow_value IS NULL) = (slow_since IS NULL));";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
@@ -218,6 +229,7 @@ static const migration migrations[] = {
     {4, "bounded keys, coalesced rejections", m4_bounded_keys_coalesced_audit},
     {5, "no rename or truncate of what is permanent", m5_rename_truncate},
     {6, "throttling state", m6_throttle},
+    {7, "slow batches", m7_slow},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

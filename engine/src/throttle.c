@@ -495,3 +495,76 @@ bf_err bf__throttle_check(bf_engine *e, const bf_compiled *c, const bf_throttle_
     PQclear(r);
     return BF_OK;
 }
+
+/*
+ * Collapse detection. A backfill whose batches suddenly take ten times their recent median (a
+ * plan that flipped to a scan, a lock, a trigger) keeps committing, so nothing else notices; the
+ * worker judges each step against the median of its claim's recent steps and says so (worker.c:
+ * slow.start / slow.end, the row's slow fields). A slow step does not join the window, so a
+ * collapse that lasts stays visible instead of becoming the new median.
+ */
+#define BF_SLOW_MIN_STEPS 5
+#define BF_SLOW_FACTOR    10.0
+#define BF_SLOW_MIN_US    250000.0
+
+static int slow_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of the known (not NaN) values of v[0..n); NaN when none. */
+static double slow_median(const double *v, int n)
+{
+    double s[BF_SLOW_WINDOW];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(v[i]))
+            s[k++] = v[i];
+    if (k == 0)
+        return NAN;
+    qsort(s, (size_t)k, sizeof s[0], slow_cmp);
+    return k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2;
+}
+
+/* "850 us", "40 ms", "3.2 s" */
+static void slow_duration(char *buf, size_t cap, double us)
+{
+    if (us < 1000)
+        bf__format(buf, cap, "%.0f us", us);
+    else if (us < 1e6)
+        bf__format(buf, cap, "%.0f ms", us / 1000);
+    else
+        bf__format(buf, cap, "%.1f s", us / 1e6);
+}
+
+const char *bf__slow_judge(bf_slow_model *m, long batches, long keys, int size, int64_t elapsed_us,
+                           char *value, size_t cap)
+{
+    value[0] = '\0';
+    if (batches <= 0 || elapsed_us <= 0)
+        return NULL;
+    double batch_us = (double)elapsed_us / (double)batches;
+    bool full = size > 0 && (double)keys * 2 >= (double)batches * size;
+    double rate = full ? (double)keys * 1e6 / (double)elapsed_us : NAN;
+    if (m->n >= BF_SLOW_MIN_STEPS) {
+        double mb = slow_median(m->batch_us, m->n), mr = slow_median(m->rate, m->n);
+        if (batch_us >= BF_SLOW_FACTOR * mb && batch_us >= BF_SLOW_MIN_US) {
+            char a[16], b[16];
+            slow_duration(a, sizeof a, batch_us);
+            slow_duration(b, sizeof b, mb);
+            bf__format(value, cap, "batch %s, median %s", a, b);
+            return "batch_time";
+        }
+        if (!isnan(rate) && !isnan(mr) && rate * BF_SLOW_FACTOR <= mr) {
+            bf__format(value, cap, "%.0f keys/s, median %.0f keys/s", rate, mr);
+            return "throughput";
+        }
+    }
+    m->batch_us[m->next] = batch_us;
+    m->rate[m->next] = rate;
+    m->next = (m->next + 1) % BF_SLOW_WINDOW;
+    if (m->n < BF_SLOW_WINDOW)
+        m->n++;
+    return NULL;
+}

@@ -72,6 +72,14 @@ struct bf_worker {
     int64_t extended_us;
     /* the time this claim's batches took, which the adaptive size is fitted to */
     bf_size_model sizing;
+    /* collapse detection (throttle.c bf__slow_judge): this claim's recent steps, whether the
+     * last one was slow (reason "" when not) and what it saw, what the row's slow_value says
+     * (as this worker wrote it), and since when it is slow (monotonic us) */
+    bf_slow_model slow;
+    char slow_reason[16];
+    char slow_value[64];
+    char slow_written[64];
+    int64_t slow_us;
 };
 
 static void worker_param_int(char *buf, size_t cap, long long v)
@@ -80,10 +88,12 @@ static void worker_param_int(char *buf, size_t cap, long long v)
 }
 
 static void worker_throttle_end(bf_worker *w);
+static void worker_slow_end(bf_worker *w);
 
 static void worker_drop_claim(bf_worker *w)
 {
     worker_throttle_end(w); /* a claim that ends ends its throttle */
+    worker_slow_end(w);     /* and its slow state */
     w->has_claim = false;
     if (w->validation_locked) {
         bf__validation_unlock(w->e, w->id);
@@ -121,6 +131,41 @@ static void worker_throttle_end(bf_worker *w)
     rec.duration_us = bf__monotonic_us() - w->throttled_us;
     bf__log_event(w->e, &rec, "%s: no longer throttled by %s", w->id, w->throttle_signal);
     w->throttle_signal[0] = w->throttle_value[0] = '\0';
+}
+
+/* slow.end for a slow state in progress: a step at the median's pace, or the claim ended. */
+static void worker_slow_end(bf_worker *w)
+{
+    if (w->slow_reason[0] == '\0')
+        return;
+    bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_SLOW_END);
+    rec.reason = w->slow_reason;
+    rec.duration_us = bf__monotonic_us() - w->slow_us;
+    bf__log_event(w->e, &rec, "%s: steps at the recent median's pace again", w->id);
+    w->slow_reason[0] = w->slow_value[0] = '\0';
+}
+
+/* After a step's batches (size keys each at most): judge it against the claim's recent median
+ * and log slow.start / slow.end when that changes; the row follows at the next worker_observe. */
+static void worker_slow_judge(bf_worker *w, long batches, long keys, int size, int64_t elapsed_us)
+{
+    char value[sizeof w->slow_value];
+    const char *reason =
+        bf__slow_judge(&w->slow, batches, keys, size, elapsed_us, value, sizeof value);
+    if (reason != NULL && strcmp(reason, w->slow_reason) == 0) {
+        bf__copy(w->slow_value, sizeof w->slow_value, value);
+        return;
+    }
+    worker_slow_end(w);
+    if (reason == NULL)
+        return;
+    bf__copy(w->slow_reason, sizeof w->slow_reason, reason);
+    bf__copy(w->slow_value, sizeof w->slow_value, value);
+    w->slow_us = bf__monotonic_us();
+    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_SLOW_START);
+    rec.reason = reason;
+    rec.duration_us = elapsed_us;
+    bf__log_event(w->e, &rec, "%s: slow: %s", w->id, value);
 }
 
 /* The bounded reason of a failure: "stop" when a stop cancelled it, "fence" for a stale owner,
@@ -172,6 +217,7 @@ static const char claim_sql[] =
     "  error_detail = CASE WHEN p.prev_owner IS NULL THEN b.error_detail ELSE $6 END,"
     "  error_at = CASE WHEN p.prev_owner IS NULL THEN b.error_at ELSE clock_timestamp() END,"
     "  throttle_signal = NULL, throttle_value = NULL, throttled_since = NULL,"
+    "  slow_value = NULL, slow_since = NULL,"
     "  updated_at = clock_timestamp()"
     "  FROM p WHERE b.id = p.id"
     "  RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
@@ -253,6 +299,8 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
      * at its first step) */
     w->size = w->size_written = bf__isnull(r, 0, 12) ? 0 : (int)bf__field_i64(r, 0, 12);
     bf__size_model_init(&w->sizing);
+    memset(&w->slow, 0, sizeof w->slow);
+    w->slow_reason[0] = w->slow_value[0] = w->slow_written[0] = '\0';
     w->throttle_signal[0] = w->throttle_value[0] = '\0';
     w->checked_us = w->throttled_us = 0;
     w->extended_us = bf__monotonic_us();
@@ -949,14 +997,23 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
     bool same = same_signal && strcmp(w->throttle_value, value) == 0;
     int diff = w->size - w->size_written;
     bool size_same = w->size_written > 0 && (diff < 0 ? -diff : diff) * 10 < w->size_written;
-    if (same && size_same && !renew)
+    bool slow_same = strcmp(w->slow_written, w->slow_value) == 0;
+    if (same && size_same && slow_same && !renew)
         return BF_OK;
+    char slow[sizeof w->slow_value];
+    bf__copy(slow, sizeof slow, w->slow_value);
     char gen[24], lease[16], size[16];
     worker_param_int(gen, sizeof gen, w->generation);
     worker_param_int(lease, sizeof lease, e->lease_ms);
     worker_param_int(size, sizeof size, w->size);
-    const char *params[] = {
-        w->id, gen, e->owner, size, signal[0] ? signal : NULL, signal[0] ? value : NULL, lease};
+    const char *params[] = {w->id,
+                            gen,
+                            e->owner,
+                            size,
+                            signal[0] ? signal : NULL,
+                            signal[0] ? value : NULL,
+                            lease,
+                            slow[0] ? slow : NULL};
     PGresult *r = NULL;
     bf_err err =
         bf__exec(e, &r, "throttle state",
@@ -965,11 +1022,14 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
                  "  WHEN throttle_signal IS NOT DISTINCT FROM $5 THEN throttled_since"
                  "  ELSE clock_timestamp() END,"
                  " throttle_signal = $5, throttle_value = $6,"
+                 " slow_since = CASE WHEN $8::text IS NULL THEN NULL"
+                 "  WHEN slow_value IS NOT NULL THEN slow_since ELSE clock_timestamp() END,"
+                 " slow_value = $8,"
                  " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'"
                  " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
                  " AND claim_expires_at > clock_timestamp() AND state IN ('running', 'validating')"
                  " RETURNING 1",
-                 7, params);
+                 8, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
@@ -977,6 +1037,7 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
     if (n == 0)
         return worker_claim_gone(w);
     w->size_written = w->size;
+    bf__copy(w->slow_written, sizeof w->slow_written, slow);
     w->extended_us = bf__monotonic_us();
     if (!same_signal)
         worker_throttle_end(w);
@@ -1074,6 +1135,7 @@ static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
 {
     int64_t elapsed_us = bf__monotonic_us() - started_us;
     int declared = w->c->def->batch_size;
+    worker_slow_judge(w, done->batches, done->rows, w->size, elapsed_us);
     bf__size_observe(&w->sizing, done->batches, done->rows, elapsed_us);
     w->size = bf__size_next(cfg, declared, w->size, &w->sizing);
     if (cfg->lock_waiters > 0 && done->waiters >= cfg->lock_waiters) {

@@ -222,6 +222,21 @@ static void convert_throttle(srv_backfill_msg *m, const bf_backfill *row)
     m->backfill.throttle = t;
 }
 
+/* A collapse a live claim holder saw (bf__slow_judge); absent when not slow or unknown. */
+static void convert_slow(srv_backfill_msg *m, const bf_backfill *row)
+{
+    if (row->slow_value[0] == '\0')
+        return;
+    Buzz__Backfill__V1__Slow *s = &m->slow;
+    buzz__backfill__v1__slow__init(s);
+    s->value = (char *)row->slow_value;
+    if (row->has_slow_since) {
+        s->has_since_us = true;
+        s->since_us = row->slow_since;
+    }
+    m->backfill.slow = s;
+}
+
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating)
 {
     memset(m, 0, sizeof *m);
@@ -247,4 +262,5 @@ void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gat
     convert_progress(m, row);
     convert_times(m, row);
     convert_throttle(m, row);
+    convert_slow(m, row);
 }

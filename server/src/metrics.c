@@ -42,6 +42,7 @@ typedef struct metrics_hist {
 } metrics_hist;
 
 #define METRICS_THROTTLE_SIGNALS 6
+#define METRICS_SLOW_REASONS     2
 
 /* A reason label: up to 8 bytes packed into the key (0: free slot). */
 typedef struct metrics_reasons {
@@ -85,6 +86,9 @@ struct srv_metrics {
     atomic_ullong throttles[METRICS_THROTTLE_SIGNALS + 1];
     atomic_ullong throttled_us[METRICS_THROTTLE_SIGNALS + 1];
     atomic_llong throttled_now[METRICS_THROTTLE_SIGNALS + 1];
+    /* slow steps by reason (metrics_slow_reasons; the last slot is "other") */
+    atomic_ullong slows[METRICS_SLOW_REASONS + 1];
+    atomic_llong slow_now[METRICS_SLOW_REASONS + 1];
 
     atomic_ullong scrape_db_errors;
 };
@@ -104,6 +108,22 @@ static int metrics_throttle_index(const char *signal)
         if (strcmp(signal, metrics_throttle_signals[i]) == 0)
             return i;
     return METRICS_THROTTLE_SIGNALS; /* other */
+}
+
+/* How a step was slow (engine bf__slow_judge): a bounded label. */
+static const char *const metrics_slow_reasons[METRICS_SLOW_REASONS] = {"batch_time", "throughput"};
+
+static const char *metrics_slow_label(int i)
+{
+    return i < METRICS_SLOW_REASONS ? metrics_slow_reasons[i] : "other";
+}
+
+static int metrics_slow_index(const char *reason)
+{
+    for (int i = 0; reason != NULL && i < METRICS_SLOW_REASONS; i++)
+        if (strcmp(reason, metrics_slow_reasons[i]) == 0)
+            return i;
+    return METRICS_SLOW_REASONS; /* other */
 }
 
 static void metrics_add(atomic_ullong *c, unsigned long long n)
@@ -313,6 +333,16 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         atomic_fetch_sub_explicit(&m->throttled_now[i], 1, memory_order_relaxed);
         break;
     }
+    case BF_EV_SLOW_START: {
+        int i = metrics_slow_index(rec->reason);
+        metrics_add(&m->slows[i], 1);
+        atomic_fetch_add_explicit(&m->slow_now[i], 1, memory_order_relaxed);
+        break;
+    }
+    case BF_EV_SLOW_END:
+        atomic_fetch_sub_explicit(&m->slow_now[metrics_slow_index(rec->reason)], 1,
+                                  memory_order_relaxed);
+        break;
     default:
         break;
     }
@@ -610,6 +640,21 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
         long long n = atomic_load_explicit(&m->throttled_now[i], memory_order_relaxed);
         metrics_printf(b, "buzz_backfill_throttled_workers{signal=\"%s\"} %lld\n",
                        metrics_throttle_label(i), n > 0 ? n : 0);
+    }
+    metrics_head(b, "slow_total", "counter",
+                 "Times a worker of this process found its step much slower than the backfill's "
+                 "recent median (10 times its time per batch, or a tenth of its keys per second), "
+                 "by reason.");
+    for (int i = 0; i <= METRICS_SLOW_REASONS; i++)
+        metrics_printf(b, "buzz_backfill_slow_total{reason=\"%s\"} %llu\n", metrics_slow_label(i),
+                       metrics_get(&m->slows[i]));
+    metrics_head(b, "slow_workers", "gauge",
+                 "Workers of this process whose last step was much slower than the backfill's "
+                 "recent median, by reason.");
+    for (int i = 0; i <= METRICS_SLOW_REASONS; i++) {
+        long long n = atomic_load_explicit(&m->slow_now[i], memory_order_relaxed);
+        metrics_printf(b, "buzz_backfill_slow_workers{reason=\"%s\"} %lld\n", metrics_slow_label(i),
+                       n > 0 ? n : 0);
     }
     metrics_head(b, "log_events_total", "counter", "Log records by stable event code.");
     for (int i = 0; i < BF_EV_COUNT; i++)

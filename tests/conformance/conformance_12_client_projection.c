@@ -392,6 +392,35 @@ static void test_throttle_is_shown_only_when_known(void **state)
     assert_string_equal(v.throttle, "replica_lag: 301234 bytes (limit 262144), unknown");
 }
 
+/* A collapse is observed state too (issue 16): a row whose live claim holder's last step was
+ * much slower than its recent median shows what it saw and for how long (in the table, before
+ * the throttle, and in the detail), one that is not slow "-", and an unknown start stays
+ * unknown. Guard: the slow branch of bfc_project() and the slow line of render_table(). */
+static void test_slow_is_shown_only_when_known(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, "demo.items_v1", ST(RUNNING));
+    bfc_view v;
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.slow, "-");
+    Buzz__Backfill__V1__Slow sl = BUZZ__BACKFILL__V1__SLOW__INIT;
+    sl.value = "batch 3.2 s, median 40 ms";
+    sl.has_since_us = true;
+    sl.since_us = T0 - 12000000;
+    f.b.slow = &sl;
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.slow, "batch 3.2 s, median 40 ms, 12s");
+    apply_one(&f, T0);
+    want(screen(24, 80), "slow: batch 3.2 s, median 40 ms");
+    sl.has_since_us = false; /* since unknown stays unknown */
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.slow, "batch 3.2 s, median 40 ms, unknown");
+    sl.value = NULL; /* a message without the value says nothing */
+    bfc_project(&f.b, &v);
+    assert_string_equal(v.slow, "-");
+}
+
 /* A blocked backfill's last error names its class and, first, the violated constraint (so a
  * cut 80-column line still says what to fix); no error is "-", never "ok". Guard: the error
  * branch of bfc_project() (projection.c) and the error cell of render_table(). */
@@ -634,6 +663,7 @@ int main(void)
         cmocka_unit_test_setup(test_claim_validity_unknown, setup),
         cmocka_unit_test_setup(test_last_error_names_its_constraint, setup),
         cmocka_unit_test_setup(test_throttle_is_shown_only_when_known, setup),
+        cmocka_unit_test_setup(test_slow_is_shown_only_when_known, setup),
         cmocka_unit_test_setup(test_validation_outcomes_are_typed, setup),
         cmocka_unit_test_setup(test_detail_failures_stay_visible, setup),
         cmocka_unit_test_setup(test_client_sends_only_supported_controls, setup),

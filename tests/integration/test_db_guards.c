@@ -358,6 +358,18 @@ static const guard_case guards[] = {
                            SET_ROW("throttled_since = clock_timestamp()", ID_RUNNING)},
                .legal = SET_ROW("throttle_signal = 'rate', throttled_since = clock_timestamp()",
                                 ID_RUNNING)),
+    /* slow state (schema version 7): bounded, and a value and its start come together */
+    CHECK_CASE("backfill", "slow_value_length",
+               .refused = {SET_ROW("slow_value = repeat('v', 64), slow_since = clock_timestamp()",
+                                   ID_RUNNING)},
+               .legal = SET_ROW("slow_value = repeat('v', 63), slow_since = clock_timestamp()",
+                                ID_RUNNING)),
+    CHECK_CASE("backfill", "slow_since",
+               .refused = {SET_ROW("slow_value = 'batch 1 s, median 1 ms'", ID_RUNNING),
+                           SET_ROW("slow_since = clock_timestamp()", ID_RUNNING)},
+               .legal = SET_ROW("slow_value = 'batch 1 s, median 1 ms',"
+                                " slow_since = clock_timestamp()",
+                                ID_RUNNING)),
 
     /* ---- audit: appended rows, text bounded ---- */
     /* audit_backfill_id_check: at most 80 bytes (the row's own backfill_id, not ID_RUNNING) */

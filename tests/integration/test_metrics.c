@@ -208,7 +208,8 @@ static bool label_ok(const char *key, const char *v)
         bool sqlstate = strlen(v) == 2;
         for (int i = 0; sqlstate && i < 2; i++)
             sqlstate = (v[i] >= '0' && v[i] <= '9') || (v[i] >= 'A' && v[i] <= 'Z');
-        return sqlstate || in_list(v, words) || in_list(v, auth);
+        static const char *const slow[] = {"batch_time", "throughput", NULL}; /* slow_* */
+        return sqlstate || in_list(v, words) || in_list(v, auth) || in_list(v, slow);
     }
     if (strcmp(key, "code") == 0)
         return in_list(v, codes);

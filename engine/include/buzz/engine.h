@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 6   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 7   /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -56,6 +56,10 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
  * - throttle.start / throttle.end: a worker began / stopped waiting on a health signal or a
  *   rows-per-second ceiling; reason is the signal ("replica_lag", "lock_waiters", "xact_age",
  *   "xid_age", "custom", "rate"); throttle.end's duration_us is the time it spent throttled.
+ * - slow.start / slow.end: a worker's step was (slow.start) or is no longer (slow.end) much
+ *   slower than the backfill's recent median under this claim: its time per batch 10 times the
+ *   median ("batch_time"), or its keys per second a tenth of it ("throughput"), as reason;
+ *   slow.start's message has both values, slow.end's duration_us is how long it was slow.
  * Server events (appended after the engine's) are the daemon's own.
  */
 #define BF_EVENT_LIST(X)                                                                           \
@@ -96,7 +100,9 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(THROTTLE_START, "throttle.start")         /* a worker waits: reason is the signal */         \
     X(THROTTLE_END, "throttle.end")             /* it resumed; duration_us: how long it waited */  \
     X(CONFIG_RELOAD, "config.reload")           /* SIGHUP: throttle settings reloaded */           \
-    X(CONFIG_RELOAD_FAILED, "config.reload_failed") /* refused: the previous settings stay */
+    X(CONFIG_RELOAD_FAILED, "config.reload_failed") /* refused: the previous settings stay */      \
+    X(SLOW_START, "slow.start") /* a step far slower than the recent median: reason says how */    \
+    X(SLOW_END, "slow.end")     /* steps at the median's pace again; duration_us: how long */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -259,6 +265,12 @@ typedef struct bf_backfill {
     char throttle_value[64];
     bool has_throttled_since;
     int64_t throttled_since;
+    /* collapse (docs/throttling.md "slow batches"): while a live claim holder's last step was
+     * much slower than the backfill's own recent median, what it saw ("batch 3.2 s, median
+     * 40 ms", "310 keys/s, median 9800 keys/s") and since when; slow_value "" when not slow */
+    char slow_value[64];
+    bool has_slow_since;
+    int64_t slow_since;
 
     int64_t registered_at, updated_at;
     bool has_started_at, has_last_progress_at, has_completed_at;
