@@ -75,20 +75,12 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
     PQclear(r);
     if (!same)
         return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
-    if ((err = bf__exec(e, &r, "capture bound", c->sql_bound, 0, NULL)) != BF_OK)
-        return err;
+    /* the preflight captures the bound and fails closed on a key that could skip or repeat
+     * tied rows, on key columns of another type, and on batches that would not be bounded work
+     * (preflight.c) */
     char bound[BF_KEY_TEXT_MAX] = "";
-    bool empty = PQntuples(r) == 0;
-    if (!empty && bf__key_field(e, bound, r, 0, 0) != BF_OK) {
-        PQclear(r);
-        return bf__diag(e, BF_ERR_DATA_INVARIANT,
-                        "upper bound key is too large (at most %d bytes"
-                        " as text)",
-                        BF_KEY_TEXT_MAX - 1);
-    }
-    PQclear(r);
-    /* fail closed on a key that could skip or repeat tied rows */
-    if ((err = bf__key_unique(e, c)) != BF_OK)
+    bool empty = true;
+    if ((err = bf__preflight(e, c, bound, &empty, NULL, 0)) != BF_OK)
         return err;
     char estimate[24] = "";
     if ((err = bf__exec(e, &r, "estimate source size", c->sql_estimate, 0, NULL)) != BF_OK)

@@ -528,8 +528,84 @@ static char *compile_estimate(const bf_definition *d)
     return bf__strbuf_take(&sb);
 }
 
+/* ---- the preflight's statements (preflight.c) ------------------------------------------ */
+
+/* SELECT ARRAY[t.keys::text]::text FROM table t <where> ORDER BY keys LIMIT 1 */
+static char *compile_key_at(const bf_definition *d, const char *where)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT ");
+    add_text_array(&sb, d, "t");
+    bf__strbuf_add(&sb, "::text FROM ");
+    add_table(&sb, d->table);
+    bf__strbuf_addf(&sb, " t%s ORDER BY ", where);
+    add_cols(&sb, d, "t", "");
+    bf__strbuf_add(&sb, " LIMIT 1");
+    return bf__strbuf_take(&sb);
+}
+
+/* The first key at or after the median of the leading key column by the planner's statistics
+ * (the middle element of its histogram): where a batch's range estimate is at its worst. */
+static char *compile_middle(const bf_definition *d)
+{
+    const char *dot = strchr(d->table, '.');
+    const char *rel = dot ? dot + 1 : d->table;
+    const char *type = bf_key_type_name(d->key[0].type);
+    bf_strbuf where;
+    bf__strbuf_init(&where);
+    bf__strbuf_addf(&where,
+                    " WHERE t.\"%s\" >= (SELECT (s.histogram_bounds::text::%s[])"
+                    "[greatest(1, array_length(s.histogram_bounds::text::%s[], 1) / 2)]"
+                    " FROM pg_stats s WHERE s.tablename = '%s' AND s.attname = '%s' AND ",
+                    d->key[0].name, type, type, rel, d->key[0].name);
+    if (dot != NULL)
+        bf__strbuf_addf(&where, "s.schemaname = '%.*s'", (int)(dot - d->table), d->table);
+    else
+        bf__strbuf_add(&where, "s.schemaname = ANY (current_schemas(false))");
+    bf__strbuf_add(&where, " LIMIT 1)");
+    char *w = bf__strbuf_take(&where);
+    if (w == NULL)
+        return NULL;
+    char *sql = compile_key_at(d, w);
+    free(w);
+    return sql;
+}
+
+/* ($1 bound, $2 size, $3 after): the greatest key of the batch after $3 */
+static char *compile_batch_end(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT ");
+    add_text_array(&sb, d, "k");
+    bf__strbuf_add(&sb, "::text FROM (");
+    add_keyset(&sb, d, KEY_PARAM(3), KEY_PARAM(1), "$2");
+    bf__strbuf_add(&sb, ") k ORDER BY ");
+    add_cols(&sb, d, "k", " DESC");
+    bf__strbuf_add(&sb, " LIMIT 1");
+    return bf__strbuf_take(&sb);
+}
+
+/* ($1 after, $2 last): the loop's mutation (add_loop_mutation) with parameters for EXPLAIN */
+static char *compile_plan_update(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "UPDATE ");
+    add_table(&sb, d->table);
+    bf__strbuf_addf(&sb, " t SET %s WHERE ", d->update_set);
+    add_range(&sb, d, KEY_PARAM(1), KEY_PARAM(2));
+    bf__strbuf_addf(&sb, " AND (%s)", d->needs_repair);
+    return bf__strbuf_take(&sb);
+}
+
 void bf__compiled_fini(bf_compiled *c)
 {
+    free(c->sql_first);
+    free(c->sql_middle);
+    free(c->sql_batch_end);
+    free(c->sql_plan_update);
     free(c->sql_bound);
     free(c->sql_unique);
     free(c->sql_estimate);
@@ -563,8 +639,12 @@ bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c)
     c->sql_create_batch = compile_create_batch(d);
     c->sql_fence = compile_fence(d);
     c->sql_batch_last = compile_batch_last(d);
+    c->sql_first = compile_key_at(d, "");
+    c->sql_middle = compile_middle(d);
+    c->sql_batch_end = compile_batch_end(d);
     bool ok = c->sql_bound && c->sql_unique && c->sql_estimate && c->sql_create_batch &&
-              c->sql_fence && c->sql_batch_last;
+              c->sql_fence && c->sql_batch_last && c->sql_first && c->sql_middle &&
+              c->sql_batch_end;
     for (int v = 0; v < 2; v++) {
         c->sql_keys[v] = compile_keys(d, v == 1);
         ok = ok && c->sql_keys[v];
@@ -576,7 +656,8 @@ bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c)
     if (d->mutate == NULL) {
         c->sql_loop = compile_loop(d, index);
         c->sql_call = compile_call(index);
-        ok = ok && c->sql_loop && c->sql_call;
+        c->sql_plan_update = compile_plan_update(d);
+        ok = ok && c->sql_loop && c->sql_call && c->sql_plan_update;
     }
     if (d->prerequisite != NULL && d->prerequisite[0] != '\0') {
         bf_strbuf sb;

@@ -32,6 +32,12 @@ typedef struct bf_compiled {
     char *sql_batch_last;   /* callback forms: greatest key in bf_batch as text[] */
     char *sql_fence;        /* callback batch: fenced checkpoint advance from bf_batch */
     char *sql_prereq;       /* prerequisite check, or NULL */
+    /* the preflight (preflight.c): positions to plan the batches at, and the declarative
+     * mutation as a statement of its own */
+    char *sql_first;       /* least key as text[], NULL row when empty */
+    char *sql_middle;      /* first key at the leading column's median (statistics), or none */
+    char *sql_batch_end;   /* ($1 bound, $2 size, $3 after) the last key of that batch */
+    char *sql_plan_update; /* declarative: ($1 after, $2 last) the loop's mutation, or NULL */
 } bf_compiled;
 
 struct bf_registry {
@@ -226,6 +232,14 @@ typedef struct bf_slow_model {
  * otherwise, and the step joins the window. Nothing is judged before 5 steps. */
 const char *bf__slow_judge(bf_slow_model *m, long batches, long keys, int size, int64_t elapsed_us,
                            char *value, size_t cap);
+
+/* ---- the preflight (preflight.c) ------------------------------------------------------- */
+
+/* bf_preflight() for c, capturing the bound the batches would run to on the way (bound:
+ * BF_KEY_TEXT_MAX bytes; "" and *empty when the source set is empty). Start runs it in its
+ * transaction and keeps the bound. */
+bf_err bf__preflight(bf_engine *e, const bf_compiled *c, char *bound, bool *empty, char *report,
+                     size_t cap);
 
 /* ---- SQLSTATE classification (classify.c) ---------------------------------------------- */
 

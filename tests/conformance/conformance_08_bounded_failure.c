@@ -426,7 +426,20 @@ static void test_missing_column_blocks(void **state)
     bf_worker *w = NULL;
     assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
 
+    /* the preflight plans the mutation at start: a column missing then refuses the start,
+     * typed and actionable, and nothing changes (preflight.c plan_check) */
+    bf_action_result res;
+    assert_int_equal(bf_action_apply(op, BF_ACTION_START, ID_COLUMN, &operator_who, &res),
+                     BF_ERR_PREREQUISITE);
+    assert_non_null(strstr(bf_engine_diag(op), "undefined column"));
+    assert_non_null(strstr(bf_engine_diag(op), "42703"));
+    assert_clean_diag(bf_engine_diag(op));
+    assert_int_equal(bt_get(op, ID_COLUMN).state, BF_STATE_PENDING);
+
+    /* a column that disappears after the start blocks the first batch */
+    bt_exec(c, "ALTER TABLE bounded_column ADD COLUMN extra integer NOT NULL DEFAULT 0");
     act(op, BF_ACTION_START, ID_COLUMN);
+    bt_exec(c, "ALTER TABLE bounded_column DROP COLUMN extra");
     assert_int_equal(bf_worker_claim(w, ID_COLUMN, NULL), BF_OK);
     bf_step_info info;
     assert_int_equal(step_once(w, &info), BF_STEP_BLOCKED);

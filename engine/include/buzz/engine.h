@@ -294,6 +294,28 @@ bf_err bf_register(bf_engine *engine, const bf_definition *def);
 /* bf_register() for every definition in the engine's registry; stops at the first error. */
 bf_err bf_register_all(bf_engine *engine);
 
+/* ---- the preflight ---------------------------------------------------------------------- */
+
+/* A table of at most this many rows (by the planner's estimate) needs no index on the key: a
+ * scan of it is itself bounded work. */
+#define BF_PREFLIGHT_SMALL_ROWS 10000
+
+/* Can id's batches only be bounded work on this database (docs/definitions.md "The
+ * preflight")? Checks, in order: the table and every key column exist, each with exactly the
+ * declared type; the key is unique and NOT NULL; a valid, non-partial btree index leads with
+ * the key's columns in order; and PostgreSQL plans the batch statements (the keyset, and for a
+ * declarative definition its mutation and validation chunk) with real keys, at the first key
+ * and at the leading column's median, as scans of that index rather than of the table. A small
+ * table (BF_PREFLIGHT_SMALL_ROWS) passes the last two with a note. Nothing is written and no
+ * statement is executed (EXPLAIN without ANALYZE); Start runs the same checks with the bound it
+ * captures and refuses to start on any failure. BF_OK with a one-line summary of the index and
+ * plans in report; else BF_ERR_DEFINITION (the definition does not fit the table: a missing
+ * column, another type), BF_ERR_PREREQUISITE (the table lacks what bounded batches need: the
+ * table, an index, a plan), or the classified database error of a statement that does not
+ * plan (a misspelled column in update_set), with what is wrong and the fix in report (also
+ * bf_engine_diag). The report names identifiers and plan node types, never row values. */
+bf_err bf_preflight(bf_engine *engine, const char *id, char *report, size_t cap);
+
 /* ---- operator actions ------------------------------------------------------------------ */
 
 typedef enum bf_action {

@@ -1,0 +1,216 @@
+/*
+ * test_preflight.c - the preflight (engine.h bf_preflight, preflight.c) against real
+ * PostgreSQL, through bf_preflight and through Start, which runs it before the first batch:
+ *
+ *   - a declared key type that is not the column's type (bigint over integer) is refused as a
+ *     definition error naming the column and both types; Start refuses it too, row pending;
+ *   - a key column the table does not have is refused, naming it;
+ *   - a unique key without an index in the key's order (20,000 rows) is refused as an unmet
+ *     prerequisite with the CREATE INDEX that would serve it; with that index the preflight
+ *     passes and reports the index and the plans (index scans of it);
+ *   - a small table (at most BF_PREFLIGHT_SMALL_ROWS rows) without such an index passes with a
+ *     note that a scan of it is bounded;
+ *   - a database whose planner settings make PostgreSQL scan the table (enable_indexscan,
+ *     enable_indexonlyscan and enable_bitmapscan off, as a DBA might set them) is refused:
+ *     the keyset would be a Seq Scan; Start refuses too; reset, it passes;
+ *   - a misspelled column in update_set is refused before the first batch (the mutation does
+ *     not plan: undefined column, 42703), typed and without the query's text.
+ *
+ * Guards proved (removing any one fails this test): preflight.c preflight_columns (the type
+ * and the existence checks), preflight_index, plan_check's refusal of a scan that is not an
+ * index scan, and actions.c action_start's call of bf__preflight.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bt.h"
+
+static bf_definition def(const char *id, const char *table, const char *k1, bf_key_type t1,
+                         const char *k2, bf_key_type t2, const char *update_set)
+{
+    bf_definition d = {
+        .id = id,
+        .table = table,
+        .key = {{k1, t1}, {k2, t2}},
+        .nkey = k2 != NULL ? 2 : 1,
+        .batch_size = 100,
+        .needs_repair = "t.fixed IS NULL",
+        .update_set = update_set,
+    };
+    return d;
+}
+
+static bf_definition type_def, column_def, index_def, small_def, typo_def;
+static bf_registry *reg;
+static PGconn *conn;
+
+static int setup(void **state)
+{
+    (void)state;
+    bt_db_create("preflight");
+    conn = bt_connect();
+    bt_exec(conn, "CREATE TABLE pf_items (id integer PRIMARY KEY, val integer, fixed integer);"
+                  "INSERT INTO pf_items (id, val) SELECT g, g FROM generate_series(1, 200) g;"
+                  "CREATE TABLE pf_events (ts timestamptz NOT NULL, eid bytea NOT NULL UNIQUE,"
+                  " val integer, fixed integer);"
+                  "INSERT INTO pf_events (ts, eid, val)"
+                  " SELECT timestamptz '2024-01-01 00:00:00+00' + (g / 25) * interval '1 s',"
+                  "  decode(md5(g::text), 'hex'), g FROM generate_series(1, 20000) g;"
+                  "CREATE TABLE pf_small (a bigint NOT NULL, b bigint NOT NULL UNIQUE,"
+                  " val integer, fixed integer);"
+                  "INSERT INTO pf_small (a, b, val) SELECT g / 3, g, g"
+                  " FROM generate_series(1, 100) g;"
+                  "ANALYZE pf_items; ANALYZE pf_events; ANALYZE pf_small");
+    type_def = def("pf.items.type_v1", "public.pf_items", "id", BF_KEY_BIGINT, NULL, 0,
+                   "fixed = t.val * 2");
+    column_def = def("pf.items.column_v1", "public.pf_items", "nope", BF_KEY_INTEGER, NULL, 0,
+                     "fixed = t.val * 2");
+    index_def = def("pf.events.index_v1", "public.pf_events", "ts", BF_KEY_TIMESTAMPTZ, "eid",
+                    BF_KEY_BYTEA, "fixed = t.val * 2");
+    small_def = def("pf.small.small_v1", "public.pf_small", "a", BF_KEY_BIGINT, "b", BF_KEY_BIGINT,
+                    "fixed = t.val * 2");
+    typo_def = def("pf.items.typo_v1", "public.pf_items", "id", BF_KEY_INTEGER, NULL, 0,
+                   "fixd = t.val * 2");
+    static const bf_definition *defs[5];
+    defs[0] = &type_def;
+    defs[1] = &column_def;
+    defs[2] = &index_def;
+    defs[3] = &small_def;
+    defs[4] = &typo_def;
+    reg = bt_registry(defs, 5);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    PQfinish(conn);
+    bt_db_drop_registry(reg);
+    return 0;
+}
+
+static bf_engine *engine(void)
+{
+    bf_engine *e = bt_engine(reg, "preflight-operator", 0);
+    assert_int_equal(bf_register_all(e), BF_OK);
+    return e;
+}
+
+/* Start refused with want, the row still pending and unchanged */
+static void assert_start_refused(bf_engine *e, const char *id, bf_err want, const char *needle)
+{
+    assert_int_equal(bt_act(e, BF_ACTION_START, id), want);
+    assert_non_null(strstr(bf_engine_diag(e), needle));
+    bf_backfill row = bt_get(e, id);
+    assert_int_equal(row.state, BF_STATE_PENDING);
+    assert_int_equal(row.generation, 0);
+}
+
+static void test_key_type_and_column(void **state)
+{
+    (void)state;
+    bf_engine *e = engine();
+    char report[BF_DIAG_MAX];
+    assert_int_equal(bf_preflight(e, "pf.items.type_v1", report, sizeof report), BF_ERR_DEFINITION);
+    assert_non_null(strstr(report, "key column id is integer, the definition declares bigint"));
+    assert_start_refused(e, "pf.items.type_v1", BF_ERR_DEFINITION, "declares bigint");
+
+    assert_int_equal(bf_preflight(e, "pf.items.column_v1", report, sizeof report),
+                     BF_ERR_DEFINITION);
+    assert_non_null(strstr(report, "key column nope is not a column of public.pf_items"));
+    assert_start_refused(e, "pf.items.column_v1", BF_ERR_DEFINITION, "nope");
+    bf_engine_close(e);
+}
+
+static void test_index_in_key_order(void **state)
+{
+    (void)state;
+    bf_engine *e = engine();
+    char report[BF_DIAG_MAX];
+    /* unique by eid alone: a unique key, but no index in (ts, eid) order */
+    assert_int_equal(bf_preflight(e, "pf.events.index_v1", report, sizeof report),
+                     BF_ERR_PREREQUISITE);
+    assert_non_null(strstr(report, "no index serves the key (ts, eid) of public.pf_events"));
+    assert_non_null(strstr(report, "CREATE INDEX CONCURRENTLY ON public.pf_events (ts, eid)"));
+    assert_start_refused(e, "pf.events.index_v1", BF_ERR_PREREQUISITE, "CREATE INDEX");
+
+    /* an index the other way round does not serve the order either */
+    bt_exec(conn, "CREATE INDEX pf_events_eid_ts ON pf_events (eid, ts)");
+    assert_int_equal(bf_preflight(e, "pf.events.index_v1", report, sizeof report),
+                     BF_ERR_PREREQUISITE);
+    bt_exec(conn, "CREATE INDEX pf_events_ts_eid ON pf_events (ts, eid)");
+    assert_int_equal(bf_preflight(e, "pf.events.index_v1", report, sizeof report), BF_OK);
+    printf("preflight: %s\n", report);
+    assert_non_null(strstr(report, "index pf_events_ts_eid"));
+    assert_non_null(strstr(report, "keyset: Index Only Scan using pf_events_ts_eid"));
+    assert_non_null(strstr(report, "mutation: "));
+    assert_null(strstr(report, "Seq Scan"));
+
+    /* the small table: no index in (a, b) order, a scan of 100 rows is bounded */
+    assert_int_equal(bf_preflight(e, "pf.small.small_v1", report, sizeof report), BF_OK);
+    assert_non_null(strstr(report, "the table is small"));
+    bf_engine_close(e);
+}
+
+static void test_plans_that_scan_the_table(void **state)
+{
+    (void)state;
+    char *db = bt_text(conn, "SELECT current_database()");
+    bt_exec(conn,
+            "ALTER DATABASE \"%s\" SET enable_indexscan = off;"
+            "ALTER DATABASE \"%s\" SET enable_indexonlyscan = off;"
+            "ALTER DATABASE \"%s\" SET enable_bitmapscan = off",
+            db, db, db);
+    bf_engine *e = engine(); /* a session with the database's settings */
+    char report[BF_DIAG_MAX];
+    assert_int_equal(bf_preflight(e, "pf.events.index_v1", report, sizeof report),
+                     BF_ERR_PREREQUISITE);
+    printf("preflight: %s\n", report);
+    assert_non_null(strstr(report, "plans the keyset of a batch at the first key as a Seq Scan"
+                                   " of public.pf_events"));
+    assert_start_refused(e, "pf.events.index_v1", BF_ERR_PREREQUISITE, "Seq Scan");
+    /* a scan of the small table is bounded whatever the plan */
+    assert_int_equal(bf_preflight(e, "pf.small.small_v1", report, sizeof report), BF_OK);
+    bf_engine_close(e);
+
+    bt_exec(conn, "ALTER DATABASE \"%s\" RESET ALL", db);
+    free(db);
+    e = engine();
+    assert_int_equal(bf_preflight(e, "pf.events.index_v1", report, sizeof report), BF_OK);
+    assert_int_equal(bt_act(e, BF_ACTION_START, "pf.events.index_v1"), BF_OK);
+    assert_int_equal(bt_get(e, "pf.events.index_v1").state, BF_STATE_RUNNING);
+    bf_engine_close(e);
+}
+
+static void test_update_set_that_does_not_plan(void **state)
+{
+    (void)state;
+    bf_engine *e = engine();
+    char report[BF_DIAG_MAX];
+    assert_int_equal(bf_preflight(e, "pf.items.typo_v1", report, sizeof report),
+                     BF_ERR_PREREQUISITE);
+    assert_non_null(strstr(report, "undefined column"));
+    assert_non_null(strstr(report, "42703"));
+    assert_null(strstr(report, "fixd"));   /* no query text */
+    assert_null(strstr(report, "UPDATE")); /* no query text */
+    assert_start_refused(e, "pf.items.typo_v1", BF_ERR_PREREQUISITE, "42703");
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM pf_items WHERE fixed IS NOT NULL"), 0);
+    bf_engine_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_type_and_column),
+        cmocka_unit_test(test_index_in_key_order),
+        cmocka_unit_test(test_plans_that_scan_the_table),
+        cmocka_unit_test(test_update_set_that_does_not_plan),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
