@@ -12,9 +12,10 @@
  *   registration the test holds back (a SHARE lock on the backfill table, which the
  *   registration's upsert waits for while reads go on): Readiness.Check answers NOT_READY with
  *   the required ID listed without a state (not registered) and /readyz answers 503, until the
- *   registration commits; then the ID gates as registered and the daemon becomes ready once
- *   the backfill completes. Guard: the readiness statement's "b.id IS NULL OR" (migrate.c
- *   readiness_sql); killed by removing it (READY while the required ID has no row).
+ *   registration commits; then the ID gates as registered (its batches held on their barrier)
+ *   and the daemon becomes ready once the backfill completes. Guard: the condition
+ *   b.id IS NULL OR ... of the readiness statement (migrate.c readiness_sql); killed by
+ *   removing it (READY while the required ID has no row).
  * - test_ipc_boundary_off_refuses_tokenless: a daemon with ipc_boundary = off refuses a
  *   token-less request on its ipc listener (UNAUTHENTICATED, nothing changed, the rejection
  *   audited) and accepts the same request with a token; the daemon with the boundary on
@@ -37,6 +38,7 @@
 #define ITEMS   "c09.items_v1"
 #define RUNNING "c09.running_v1"
 #define REQ     "c13.req_v1"
+#define K_REQ   1301 /* the barrier of its batches (tests/support/test_definitions.c) */
 #define OK      BD_SC(OK)
 
 static PGconn *pg;
@@ -169,6 +171,7 @@ static void test_unregistered_required_id_gates(void **state)
     bd_migrate(conninfo);
     /* the registration waits for this lock; the readiness reads do not */
     PGconn *holder = bd_connect(conninfo);
+    bt_lock(holder, K_REQ); /* and, once registered, its batches wait until released */
     bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN SHARE MODE");
 
     int port = bd_free_port();
@@ -208,7 +211,9 @@ static void test_unregistered_required_id_gates(void **state)
     assert_string_equal(r->gating[0]->id, REQ);
     assert_true(r->gating[0]->has_state);
     bd_free(r);
+    assert_int_equal(readyz(port), 503);
     /* automatic mode starts it and workers complete it: ready */
+    bt_unlock(holder, K_REQ);
     for (int i = 0; i < 12; i++) {
         r = bd_check(c, 5000);
         bool ready = r->ready;
