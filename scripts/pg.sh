@@ -13,7 +13,7 @@ usage()
 {
     cat <<USAGE
 Usage: $PROG start|stop|url|status|crash-restart|standby-start|standby-stop|aged-start|
-       aged-stop|psql [psql args...]
+       aged-stop|durable-start|durable-stop|durable-url|psql [psql args...]
 
 Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
 (trust auth, user "postgres", 127.0.0.1 only, durability switched off).
@@ -39,6 +39,16 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
            its libpq URL; succeeds at once if it already runs
   aged-stop
            stop the scratch cluster and delete it (stop does this too)
+  durable-start
+           a second, scratch cluster with production durability: fsync,
+           full_page_writes and synchronous_commit on (otherwise the settings
+           of the private cluster), on another free port, for benchmarks
+           (bench/scale.sh --durable); prints its libpq URL; succeeds at once
+           if it already runs
+  durable-stop
+           stop the durable cluster and delete it (stop does this too)
+  durable-url
+           print the durable cluster's libpq URL (exit 1 if it does not run)
   psql     run psql against the cluster with the remaining arguments
 
 State dir: <repo>/.pg/ for normal users; as root a mktemp dir under /tmp run
@@ -406,6 +416,7 @@ cmd_stop()
     fi
     side_stop "$STATE/standby"
     side_stop "$STATE/aged"
+    side_stop "$STATE/durable"
     if is_running; then
         if ! as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t 60 >/dev/null &&
             postmaster_alive; then
@@ -546,6 +557,51 @@ cmd_aged_stop()
     cmd_side_stop "aged cluster" aged
 }
 
+# ---- the durable cluster (fsync, full_page_writes, synchronous_commit on) ---------------------
+
+cmd_durable_start()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    local port DDATA="$STATE/durable"
+    if side_running "$DDATA"; then
+        side_url "$DDATA"
+        return 0
+    fi
+    as_owner rm -rf "$DDATA"
+    as_owner "$BINDIR/initdb" -D "$DDATA" --auth=trust -U postgres --encoding=UTF8 --locale=C \
+        >"$STATE/durable-initdb.log" 2>&1 || {
+        cat "$STATE/durable-initdb.log" >&2
+        die "initdb of the durable cluster failed"
+    }
+    port="$(pick_port "" "$(current_port)")" || die "no free port for the durable cluster"
+    # the private cluster's settings (init_cluster) except durability, which stays on
+    {
+        printf '\n# ---- buzz-backfill durable side cluster (scripts/pg.sh durable-start) ----\n'
+        printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = %s\n" \
+            "$port" "$(conf_quote "$SOCK")"
+        printf 'fsync = on\nfull_page_writes = on\nsynchronous_commit = on\n'
+        printf 'max_connections = 200\nshared_buffers = 256MB\nlogging_collector = off\n'
+        grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
+    } | as_owner tee -a "$DDATA/postgresql.conf" >/dev/null
+    side_start "$DDATA" "$STATE/durable.log" "$port" "durable cluster"
+}
+
+cmd_durable_stop()
+{
+    cmd_side_stop "durable cluster" durable
+}
+
+cmd_durable_url()
+{
+    resolve_state
+    if [[ -z "$STATE" ]] || ! side_running "$STATE/durable"; then
+        die "the durable cluster does not run"
+    fi
+    side_url "$STATE/durable"
+}
+
 cmd_url()
 {
     resolve_state
@@ -587,7 +643,8 @@ main()
     crash-restart)
         cmd="crash_restart"
         ;;
-    standby-start | standby-stop | aged-start | aged-stop)
+    standby-start | standby-stop | aged-start | aged-stop | durable-start | durable-stop | \
+        durable-url)
         cmd="${cmd/-/_}"
         ;;
     "")
