@@ -805,7 +805,7 @@ static bf_err config_validate(const srv_config *cfg, char *diag, size_t cap)
                            "database_url is not set (configuration file, "
                            "BUZZ_BACKFILL_DATABASE_URL or --database-url)");
     bf_err err = config_check_database_url(cfg, diag, cap);
-    if (err != BF_OK || cfg->command == SRV_CMD_MIGRATE)
+    if (err != BF_OK || cfg->command == SRV_CMD_MIGRATE || cfg->command == SRV_CMD_PREFLIGHT)
         return err;
     if (cfg->n_listen == 0)
         return config_fail(diag, cap, bad,
@@ -1026,6 +1026,12 @@ static bf_err config_flags(srv_config *cfg, config_raw *flags, int argc, char *c
     }
     if (err != BF_OK || cfg->command == SRV_CMD_HELP || cfg->command == SRV_CMD_VERSION)
         return err;
+    if (argc - optind >= 1 && strcmp(argv[optind], "preflight") == 0) {
+        cfg->command = SRV_CMD_PREFLIGHT;
+        cfg->ids = argv + optind + 1;
+        cfg->n_ids = argc - optind - 1;
+        return BF_OK;
+    }
     if (argc - optind > 1)
         return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "more than one command given");
     if (argc - optind == 1) {
@@ -1038,7 +1044,8 @@ static bf_err config_flags(srv_config *cfg, config_raw *flags, int argc, char *c
             cfg->command = SRV_CMD_CHECK_CONFIG;
         else
             return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
-                               "unknown command \"%.32s\": expected run, migrate or check-config",
+                               "unknown command \"%.32s\": expected run, migrate, check-config"
+                               " or preflight",
                                cmd);
     }
     return BF_OK;
@@ -1372,7 +1379,7 @@ static void config_print_wrapped(FILE *f, int indent, const char *text)
 void srv_config_usage(FILE *f, const char *prog)
 {
     fprintf(f,
-            "Usage: %s [OPTION]... [run|migrate|check-config]\n"
+            "Usage: %s [OPTION]... [run|migrate|check-config|preflight [ID]...]\n"
             "\n"
             "The buzz-backfill engine service: runs durable PostgreSQL backfills and serves\n"
             "the Admin and Readiness APIs over nng (ipc://, tcp://, tls+tcp://).\n"
@@ -1382,6 +1389,12 @@ void srv_config_usage(FILE *f, const char *prog)
             "  migrate        apply the engine's schema migrations, then exit\n"
             "  check-config   validate the configuration and print it with secrets redacted;\n"
             "                 exit 0 when valid, 1 otherwise\n"
+            "  preflight      check that each definition's batches (or those of the IDs\n"
+            "                 given) can only be bounded work on the database: key columns\n"
+            "                 and types, a unique key, an index in the key's order, and\n"
+            "                 index scans in PostgreSQL's plans of the batch statements;\n"
+            "                 writes nothing; exit 0 when all pass, 1 when one does not,\n"
+            "                 2 for an ID no module defines\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   read settings from FILE (key = value lines, # comments);\n"

@@ -22,6 +22,7 @@ typedef enum srv_command {
     SRV_CMD_CHECK_CONFIG, /* validate, print the effective configuration (redacted), exit */
     SRV_CMD_HELP,         /* --help */
     SRV_CMD_VERSION,      /* --version */
+    SRV_CMD_PREFLIGHT,    /* bf_preflight each definition (or the IDs given), report, exit */
 } srv_command;
 
 #define SRV_CONFIG_KEYS       37 /* settings in the table */
@@ -55,6 +56,8 @@ typedef struct srv_throttle_override {
 typedef struct srv_config {
     srv_command command;
     char *config_file; /* NULL when none was given */
+    char *const *ids;  /* preflight: the stable IDs after the command (argv's), n_ids of them */
+    int n_ids;
 
     char *database_url; /* libpq URL or conninfo; secret: print only redacted */
     char **listen;      /* ipc://, tcp://, tls+tcp:// URLs */

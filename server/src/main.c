@@ -151,6 +151,11 @@ int main(int argc, char **argv)
         srv_log_set_format(cfg.log_format);
         rc = srv_migrate_command(&cfg);
         break;
+    case SRV_CMD_PREFLIGHT:
+        srv_log_setup(cfg.log_level);
+        srv_log_set_format(cfg.log_format);
+        rc = srv_preflight_command(&cfg);
+        break;
     case SRV_CMD_RUN: {
         srv_reload reload = {.argc = argc, .argv = argv, .envp = environ};
         rc = daemon_run(&cfg, &reload);

@@ -278,6 +278,50 @@ int srv_migrate_command(const srv_config *cfg)
     return err == BF_OK ? 0 : 1;
 }
 
+int srv_preflight_command(const srv_config *cfg)
+{
+    bf_registry *reg = NULL;
+    char diag[512] = "";
+    if (srv_registry_load(&reg, cfg, diag, sizeof diag) != BF_OK) {
+        srv_log(BF_LOG_ERROR, "preflight: %s", diag);
+        return 1;
+    }
+    for (int i = 0; i < cfg->n_ids; i++) {
+        if (bf_registry_find(reg, cfg->ids[i]) == NULL) {
+            fprintf(stderr, "buzz-backfilld: preflight: no definitions module defines %.*s\n",
+                    BF_ID_MAX, cfg->ids[i]);
+            bf_registry_free(reg);
+            return 2;
+        }
+    }
+    srv_context ctx;
+    srv_context_init(&ctx, cfg, reg, NULL);
+    bf_engine *e = NULL;
+    bf_err err = bf_engine_open(&e, &ctx.engine_cfg, reg);
+    if (err != BF_OK) {
+        srv_log(BF_LOG_ERROR, "preflight: %s", bf_err_str(err));
+        bf_registry_free(reg);
+        return 1;
+    }
+    int failed = 0;
+    size_t n = cfg->n_ids > 0 ? (size_t)cfg->n_ids : bf_registry_count(reg);
+    for (size_t i = 0; i < n; i++) {
+        const char *id = cfg->n_ids > 0 ? cfg->ids[i] : bf_registry_at(reg, i)->id;
+        char report[BF_DIAG_MAX];
+        err = bf_preflight(e, id, report, sizeof report);
+        if (err == BF_OK) {
+            printf("ok    %s: %s\n", id, report);
+        } else {
+            printf("FAIL  %s: %s: %s\n", id, bf_err_str(err), report);
+            failed++;
+        }
+    }
+    fflush(stdout);
+    bf_engine_close(e);
+    bf_registry_free(reg);
+    return failed > 0 ? 1 : 0;
+}
+
 /* ---- the startup sequence ------------------------------------------------------------------ */
 
 typedef struct startup_worker {

@@ -66,6 +66,11 @@ void srv_context_init(srv_context *ctx, const srv_config *cfg, const bf_registry
 
 /* The migrate command: apply the engine migrations once; 0 on success, 1 on failure. */
 int srv_migrate_command(const srv_config *cfg);
+/* buzz-backfilld preflight [ID]...: bf_preflight for each definition of the modules (or each
+ * ID given), one line each on stdout ("ok    <id>: <plans>" or "FAIL  <id>: <error>: <what
+ * and the fix>"). Returns the exit status: 0 all pass, 1 one does not (or an error), 2 an ID
+ * that no module defines. */
+int srv_preflight_command(const srv_config *cfg);
 
 /* ---- the startup sequence and the workers ------------------------------------------------ */
 

@@ -431,9 +431,11 @@ static void test_automatic_mode_gates_and_sigterm_releases_claims(void **state)
 {
     holder = bt_connect();
     PGconn *pg = bt_connect();
-    /* the required backfills' batches block on this lock: the gate cannot open meanwhile */
+    /* the required backfills' batches block on these row locks: the gate cannot open
+     * meanwhile (row locks, not a table lock: Start's preflight plans the mutation, which takes
+     * the table lock an UPDATE takes) */
     bt_exec(holder, "BEGIN");
-    bt_exec(holder, "LOCK TABLE demo.events IN EXCLUSIVE MODE");
+    bt_exec(holder, "SELECT count(*) FROM (SELECT 1 FROM demo.events FOR UPDATE) s");
     daemon_proc d;
     daemon_start(&d, "--auto-migrate", "off", "--auto-backfill", "on", NULL);
     bt_wait_lock_waiters(pg, 2); /* both workers hold a claim and a batch in flight */

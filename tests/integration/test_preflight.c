@@ -16,6 +16,10 @@
  *   - a misspelled column in update_set is refused before the first batch (the mutation does
  *     not plan: undefined column, 42703), typed and without the query's text.
  *
+ *   - buzz-backfilld preflight over the demo module: a line per definition, exit 0; a key
+ *     that is no longer unique makes its line FAIL and the exit 1; an ID no module defines
+ *     exits 2.
+ *
  * Guards proved (removing any one fails this test): preflight.c preflight_columns (the type
  * and the existence checks), preflight_index, plan_check's refusal of a scan that is not an
  * index scan, and actions.c action_start's call of bf__preflight.
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -204,6 +209,51 @@ static void test_update_set_that_does_not_plan(void **state)
     bf_engine_close(e);
 }
 
+/* buzz-backfilld preflight [ID]... on the test database: its output and exit status */
+static int preflight_command(const char *ids, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s --database-url '%s' --modules %s --log-level error preflight %s",
+             BUZZ_BACKFILLD_PATH, bt_db_conninfo(), BUZZ_DEMO_MODULE_PATH, ids);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int status = pclose(f);
+    printf("%s", out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void test_preflight_command(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/examples/demo/schema.sql", BUZZ_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char schema[65536];
+    size_t n = fread(schema, 1, sizeof schema - 1, f);
+    schema[n] = '\0';
+    fclose(f);
+    bt_exec(conn, "%s", schema);
+    bt_exec(conn, "INSERT INTO demo.events (event_id, pubkey, created_at, kind, content, tags)"
+                  " SELECT sha256(convert_to('e' || g, 'UTF8')), sha256(convert_to('p', 'UTF8')),"
+                  "  timestamptz '2024-01-01' + g * interval '1 s', 1, 'x', '[]'"
+                  " FROM generate_series(1, 500) g; ANALYZE demo.events");
+    static char out[8192];
+    assert_int_equal(preflight_command("", out, sizeof out), 0);
+    assert_non_null(strstr(out, "ok    demo.events.content_len_v1: index events_pkey"));
+    assert_non_null(strstr(out, "ok    demo.events.pubkey_hex_v1: index"));
+    assert_non_null(strstr(out, "ok    demo.events.tag_count_v1: "));
+
+    bt_exec(conn, "ALTER TABLE demo.events DROP CONSTRAINT events_created_at_event_id_key");
+    assert_int_equal(preflight_command("demo.events.pubkey_hex_v1", out, sizeof out), 1);
+    assert_non_null(strstr(out, "FAIL  demo.events.pubkey_hex_v1: definition error: ordering key"
+                                " is not unique"));
+    assert_null(strstr(out, "content_len_v1")); /* only the ID asked for */
+    assert_int_equal(preflight_command("demo.events.nope_v1", out, sizeof out), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_index_in_key_order),
         cmocka_unit_test(test_plans_that_scan_the_table),
         cmocka_unit_test(test_update_set_that_does_not_plan),
+        cmocka_unit_test(test_preflight_command),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

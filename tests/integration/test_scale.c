@@ -9,7 +9,12 @@
  *     batch cost a scan of a million rows: a thousand times slower);
  *   - the run ends within a bound derived from the first 20 %'s own speed (so a collapse fails
  *     in seconds, not after the suite's timeout);
- *   - every row is repaired exactly once and validation completes the backfill.
+ *   - every row is repaired exactly once and validation completes the backfill;
+ *   - random keys (docs/definitions.md "Random keys"): a uuid-keyed table whose writer (the new
+ *     write path, which writes the derived column itself) inserts rows with random keys, most of
+ *     them inside the captured bound and some behind the checkpoint, between the backfill's
+ *     steps; validation succeeds, every row is right, and the backfill changed exactly the rows
+ *     written before the start (the new rows needed no repair, wherever they fell).
  *
  * Guards proved (removing any one of them fails this test, seen on 2026-12-04 with the
  * statements of the commit before, which had neither): compile.c add_range's redundant bound
@@ -132,9 +137,86 @@ static void test_compound_key_holds_its_speed_after_analyze(void **state)
     bt_db_drop_registry(reg);
 }
 
+#define UUID_ROWS 20000
+#define UUID_ID   "scale.notes.len_v1"
+
+static const bf_definition notes_def = {
+    .id = UUID_ID,
+    .table = "public.notes",
+    .key = {{"id", BF_KEY_UUID}},
+    .nkey = 1,
+    .batch_size = 500,
+    .needs_repair = "t.len IS NULL",
+    .update_set = "len = octet_length(t.body)",
+    .postcondition = "t.len = octet_length(t.body)",
+};
+
+static void test_random_keys_inside_the_bound(void **state)
+{
+    (void)state;
+    bt_db_create("scale_uuid");
+    PGconn *c = bt_connect();
+    bt_exec(c,
+            "CREATE TABLE public.notes (id uuid PRIMARY KEY, body text NOT NULL, len integer);"
+            "INSERT INTO public.notes (id, body) SELECT gen_random_uuid(), repeat('n', g %% 50)"
+            " FROM generate_series(1, %d) g;"
+            "ANALYZE public.notes",
+            UUID_ROWS);
+    bt_set_step_batches(1);
+    const bf_definition *defs[] = {&notes_def};
+    bf_registry *reg = bt_registry(defs, 1);
+    bf_engine *e = bt_engine(reg, "scale-uuid", LEASE_MS);
+    assert_int_equal(bf_register_all(e), BF_OK);
+    assert_int_equal(bt_act(e, BF_ACTION_START, UUID_ID), BF_OK);
+    char *bound =
+        bt_text(c, "SELECT bound[1] FROM buzz_backfill.backfill WHERE id = '%s'", UUID_ID);
+    bf_worker *w = bt_claimed_worker(e, UUID_ID);
+
+    /* between steps, the new write path inserts random keys (with len written); count those
+     * that land behind the checkpoint the backfill has already passed */
+    bf_step_info info;
+    int steps = 0;
+    long long behind = 0;
+    for (;; steps++) {
+        assert_int_equal(bf_worker_step(w, &info), BF_OK);
+        if (info.step != BF_STEP_BATCH)
+            break;
+        behind +=
+            bt_int(c,
+                   "WITH ins AS (INSERT INTO public.notes (id, body, len)"
+                   " SELECT gen_random_uuid(), repeat('w', g), g FROM generate_series(1, 20) g"
+                   " RETURNING id) SELECT count(*) FROM ins, buzz_backfill.backfill b"
+                   " WHERE b.id = '%s' AND ins.id <= b.checkpoint[1]::uuid",
+                   UUID_ID);
+    }
+    assert_int_equal(info.step, BF_STEP_VALIDATING);
+    long long written = 20LL * steps;
+    long long inside = bt_int(c,
+                              "SELECT count(*) FROM public.notes WHERE id <= '%s' AND"
+                              " body LIKE 'w%%'",
+                              bound);
+    printf("random keys: %lld written during the run, %lld inside the bound, %lld behind the"
+           " checkpoint\n",
+           written, inside, behind);
+    assert_true(behind > 0);
+    assert_true(inside > written / 2); /* most land inside the bound */
+    assert_int_equal(bt_step_until_not_batch(w, 1000), BF_STEP_COMPLETED);
+    assert_int_equal(bt_get(e, UUID_ID).state, BF_STATE_COMPLETED);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM public.notes WHERE len IS DISTINCT FROM"
+                               " octet_length(body)"),
+                     0);
+    assert_int_equal(bt_get(e, UUID_ID).rows_committed, UUID_ROWS);
+    free(bound);
+    bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(c);
+    bt_db_drop_registry(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_keys_inside_the_bound),
         cmocka_unit_test(test_compound_key_holds_its_speed_after_analyze),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
