@@ -78,6 +78,10 @@ static const key_def config_keys[] = {
     {"modules", KT_LIST, NULL, 0, 0, "PATH,...",
      "Definitions modules (shared objects exporting buzz_backfill_module), comma-separated.",
      F(modules), F(n_modules)},
+    {"definitions_dir", KT_STRING, NULL, 0, 0, "DIR",
+     "Directory of definition files (*.def, one definition each), loaded at startup; not "
+     "writable by group or others.",
+     F(definitions_dir), NOCOUNT},
     {"auto_migrate", KT_BOOL, "off", 0, 0, "on|off",
      "Apply the engine's schema migrations at startup; off: only check that they are applied.",
      F(auto_migrate), NOCOUNT},
@@ -888,6 +892,25 @@ static bf_err config_check_file(const srv_config *cfg, const char *key, const ch
     return BF_OK;
 }
 
+/* An existing directory not writable by group or others (it holds SQL the daemon runs). */
+static bf_err config_check_dir(const srv_config *cfg, const char *key, const char *path, char *diag,
+                               size_t cap)
+{
+    struct stat st;
+    const char *origin = config_origin(cfg, key);
+    if (stat(path, &st) != 0)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: %s: cannot access the directory: %s", origin, key, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT, "%s: %s: not a directory", origin,
+                           key);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "%s: %s: the directory is writable by group or others (chmod go-w)",
+                           origin, key);
+    return BF_OK;
+}
+
 /* An ipc:// path must be absent in an existing directory, or be a socket. */
 static bf_err config_check_ipc_path(const srv_config *cfg, size_t i, const char *path, char *diag,
                                     size_t cap)
@@ -974,6 +997,8 @@ bf_err srv_config_check_environment(const srv_config *cfg, char *diag, size_t di
         err = config_check_file(cfg, "revoked_tokens_file", cfg->revoked_tokens_file,
                                 S_IWGRP | S_IWOTH, "writable by group or others (chmod go-w)", diag,
                                 diag_len);
+    if (err == BF_OK && cfg->definitions_dir != NULL)
+        err = config_check_dir(cfg, "definitions_dir", cfg->definitions_dir, diag, diag_len);
     if (err == BF_OK && tls && cfg->tls_cert_key_file != NULL)
         err = config_check_file(cfg, "tls_cert_key_file", cfg->tls_cert_key_file, S_IRWXG | S_IRWXO,
                                 "accessible by group or others: it holds the private key "
@@ -1119,6 +1144,7 @@ void srv_config_fini(srv_config *cfg)
     free(cfg->tls_cert_key_file);
     free(cfg->http_listen);
     config_free_list(cfg->modules, cfg->n_modules);
+    free(cfg->definitions_dir);
     free(cfg->token_audience);
     free(cfg->trusted_keys_file);
     free(cfg->revoked_tokens_file);

@@ -25,7 +25,7 @@ typedef enum srv_command {
     SRV_CMD_PREFLIGHT,    /* bf_preflight each definition (or the IDs given), report, exit */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       37 /* settings in the table */
+#define SRV_CONFIG_KEYS       38 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -68,6 +68,7 @@ typedef struct srv_config {
     int workers;             /* worker threads (concurrent backfills) */
     char **modules;          /* definitions modules (.so paths) */
     size_t n_modules;
+    char *definitions_dir; /* definition files (*.def); NULL: none */
     bool auto_migrate;
     bool auto_backfill;
     char *token_audience;
@@ -112,7 +113,8 @@ void srv_config_fini(srv_config *cfg);
  * What run would find wrong outside the configuration itself (run and check-config): every
  * ipc:// path is absent in an existing directory or is a socket; every tcp:// and tls+tcp://
  * host resolves; trusted_keys_file and revoked_tokens_file are regular files not writable by
- * group or others; tls_cert_key_file (with a tls+tcp:// listener) is a regular file no one but
+ * group or others; definitions_dir is a directory not writable by group or others;
+ * tls_cert_key_file (with a tls+tcp:// listener) is a regular file no one but
  * its owner may access. It reads no file and loads nothing. BF_ERR_INVALID_ARGUMENT with a
  * one-line reason naming the key and its origin (never the value) in diag.
  */

@@ -62,7 +62,8 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     reload->throttle = throttle;
 
     bf_registry *registry = NULL;
-    if (srv_registry_load(&registry, cfg, diag, sizeof diag) != BF_OK) {
+    srv_defdir *definition_files = NULL;
+    if (srv_registry_load(&registry, &definition_files, cfg, diag, sizeof diag) != BF_OK) {
         bf_throttle_free(throttle);
         return daemon_fail("definitions", diag);
     }
@@ -70,10 +71,12 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     srv_auth *auth = NULL;
     srv_auth_config auth_cfg = srv_auth_config_from(cfg);
     if (srv_auth_new(&auth, &auth_cfg, diag, sizeof diag) != BF_OK) {
-        bf_registry_free(registry);
+        srv_registry_unload(registry, definition_files);
         bf_throttle_free(throttle);
         return daemon_fail("auth", diag);
     }
+
+    reload->definitions = definition_files;
 
     srv_context ctx;
     srv_context_init(&ctx, cfg, registry, auth);
@@ -115,7 +118,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     srv_transport_free(transport);
     srv_dispatcher_free(dispatcher);
     srv_auth_free(auth);
-    bf_registry_free(registry);
+    srv_registry_unload(registry, definition_files);
     bf_throttle_free(throttle); /* the workers that used it are joined */
     if (rc == 0)
         srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");

@@ -124,6 +124,8 @@ bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
         char diag[256] = "";
         srv_notify_reloading();
         signals_reload_throttle(reload);
+        if (reload != NULL)
+            (void)srv_defdir_reload(reload->definitions);
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
         srv_notify_reloaded(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)
@@ -137,7 +139,8 @@ bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
 
 /* ---- composition helpers ------------------------------------------------------------------- */
 
-bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, size_t diag_len)
+bf_err srv_registry_load(bf_registry **out, srv_defdir **files_out, const srv_config *cfg,
+                         char *diag, size_t diag_len)
 {
     bf_registry *reg = NULL;
     bf_err err = bf_registry_new(&reg);
@@ -156,11 +159,33 @@ bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, s
         }
         srv_log(BF_LOG_INFO, "loaded definitions module %s", cfg->modules[i]);
     }
+    srv_defdir *files = NULL;
+    if (cfg->definitions_dir != NULL) {
+        char why[BF_DIAG_MAX] = "";
+        err = srv_defdir_read(&files, cfg->definitions_dir, why, sizeof why);
+        if (err == BF_OK)
+            err = srv_defdir_register(files, reg, why, sizeof why);
+        if (err != BF_OK) {
+            snprintf(diag, diag_len, "cannot load definition files: %s",
+                     why[0] ? why : bf_err_str(err));
+            srv_registry_unload(reg, files);
+            return err;
+        }
+        srv_log(BF_LOG_INFO, "loaded %zu definition file%s from %s", srv_defdir_count(files),
+                srv_defdir_count(files) == 1 ? "" : "s", cfg->definitions_dir);
+    }
     if (bf_registry_count(reg) == 0)
         srv_log(BF_LOG_WARN, "no definitions loaded: this process serves the admin API and runs "
                              "no backfill");
     *out = reg;
+    *files_out = files;
     return BF_OK;
+}
+
+void srv_registry_unload(bf_registry *reg, srv_defdir *files)
+{
+    bf_registry_free(reg); /* first: it points into the files' definitions */
+    srv_defdir_free(files);
 }
 
 void srv_fd_limit_raise(const srv_config *cfg)
@@ -281,16 +306,18 @@ int srv_migrate_command(const srv_config *cfg)
 int srv_preflight_command(const srv_config *cfg)
 {
     bf_registry *reg = NULL;
+    srv_defdir *files = NULL;
     char diag[512] = "";
-    if (srv_registry_load(&reg, cfg, diag, sizeof diag) != BF_OK) {
+    if (srv_registry_load(&reg, &files, cfg, diag, sizeof diag) != BF_OK) {
         srv_log(BF_LOG_ERROR, "preflight: %s", diag);
         return 1;
     }
     for (int i = 0; i < cfg->n_ids; i++) {
         if (bf_registry_find(reg, cfg->ids[i]) == NULL) {
-            fprintf(stderr, "buzz-backfilld: preflight: no definitions module defines %.*s\n",
+            fprintf(stderr,
+                    "buzz-backfilld: preflight: no module or definition file defines %.*s\n",
                     BF_ID_MAX, cfg->ids[i]);
-            bf_registry_free(reg);
+            srv_registry_unload(reg, files);
             return 2;
         }
     }
@@ -300,7 +327,7 @@ int srv_preflight_command(const srv_config *cfg)
     bf_err err = bf_engine_open(&e, &ctx.engine_cfg, reg);
     if (err != BF_OK) {
         srv_log(BF_LOG_ERROR, "preflight: %s", bf_err_str(err));
-        bf_registry_free(reg);
+        srv_registry_unload(reg, files);
         return 1;
     }
     int failed = 0;
@@ -318,7 +345,7 @@ int srv_preflight_command(const srv_config *cfg)
     }
     fflush(stdout);
     bf_engine_close(e);
-    bf_registry_free(reg);
+    srv_registry_unload(reg, files);
     return failed > 0 ? 1 : 0;
 }
 

@@ -16,6 +16,7 @@
 #define BUZZ_SRV_STARTUP_H
 
 #include "config.h"
+#include "deffile.h"
 #include "log.h"
 #include "srv.h"
 #include "transport.h"
@@ -33,10 +34,12 @@ typedef struct srv_reload {
     char *const *argv;
     char *const *envp;
     bf_throttle *throttle;
+    srv_defdir *definitions; /* the definition files loaded at start (may be NULL) */
 } srv_reload;
 
 /* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload) and, with reload, the
- * throttle settings (a failed reload keeps the previous ones, logged); SIGTERM or SIGINT
+ * throttle settings (a failed reload keeps the previous ones, logged) and checks the
+ * definitions directory (srv_defdir_reload); SIGTERM or SIGINT
  * returns false, a stop asked for by srv_signals_stop_fatal() returns true. */
 bool srv_signals_serve(srv_auth *auth, const srv_reload *reload);
 /* Ask srv_signals_serve() to return as after SIGTERM, but for a failure the process cannot
@@ -51,8 +54,12 @@ void srv_signals_stop_fatal(const char *why);
  * threads and the workers may hold at once. */
 void srv_fd_limit_raise(const srv_config *cfg);
 
-/* Load every configured definitions module into a new registry (all or nothing). */
-bf_err srv_registry_load(bf_registry **out, const srv_config *cfg, char *diag, size_t diag_len);
+/* Load every configured definitions module and the definition files of definitions_dir into a
+ * new registry (all or nothing). *files_out (NULL without definitions_dir) owns the files'
+ * definitions: release both with srv_registry_unload(). */
+bf_err srv_registry_load(bf_registry **out, srv_defdir **files_out, const srv_config *cfg,
+                         char *diag, size_t diag_len);
+void srv_registry_unload(bf_registry *reg, srv_defdir *files);
 
 /* The subsystems' configurations, borrowing strings from cfg. */
 srv_auth_config srv_auth_config_from(const srv_config *cfg);

@@ -506,6 +506,7 @@ static void test_help_documents_every_key(void **state)
 static void refused_by_both(const char *conf_text, const char *reason, const char *secret)
 {
     const char *path = write_conf("refused.conf", conf_text);
+        "definitions_dir",
     char args[1024], origin[200];
     static char out[8192];
     snprintf(origin, sizeof origin, "file %s:", path);
