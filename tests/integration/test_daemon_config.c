@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "config.h"
 
@@ -321,6 +322,64 @@ static void test_redact_conninfo(void **state)
     assert_null(strstr(tiny, "s3cret"));
 }
 
+/* Every conninfo option libpq marks as secret (PQconndefaults' dispchar "*": password,
+ * sslpassword, and what a newer libpq adds) is redacted in every form the daemon accepts: URL
+ * parameter (also with a percent-encoded key), key=value (bare and quoted), a dbname that is
+ * itself a URL or conninfo; plus the URL userinfo, also when the password holds '?' or '#'. */
+static void test_redact_conninfo_secrets(void **state)
+{
+    (void)state;
+    PQconninfoOption *opts = PQconndefaults();
+    assert_non_null(opts);
+    int secrets = 0;
+    bool sslpassword = false;
+    for (const PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+        if (o->dispchar == NULL || o->dispchar[0] != '*')
+            continue;
+        secrets++;
+        sslpassword = sslpassword || strcmp(o->keyword, "sslpassword") == 0;
+        char enc[128]; /* the keyword with its first letter percent-encoded */
+        snprintf(enc, sizeof enc, "%%%02X%s", (unsigned)(unsigned char)o->keyword[0],
+                 o->keyword + 1);
+        char forms[8][512];
+        snprintf(forms[0], sizeof forms[0],
+                 "postgresql://app@db/relay?%s=Zq9Secret&sslmode=require", o->keyword);
+        snprintf(forms[1], sizeof forms[1], "postgres://db/relay?sslmode=require&%s=Zq9Secret",
+                 enc);
+        snprintf(forms[2], sizeof forms[2], "host=db %s=Zq9Secret dbname=relay", o->keyword);
+        snprintf(forms[3], sizeof forms[3], "host=db %s = 'Zq9 Sec\\'ret' dbname=relay",
+                 o->keyword);
+        snprintf(forms[4], sizeof forms[4], "dbname=postgresql://db/relay?%s=Zq9Secret",
+                 o->keyword);
+        snprintf(forms[5], sizeof forms[5], "host=db dbname='%s=Zq9Secret'", o->keyword);
+        snprintf(forms[6], sizeof forms[6], "postgresql://db/relay?%s=Zq9Secret%%23x#y",
+                 o->keyword);
+        snprintf(forms[7], sizeof forms[7], "%s=Zq9Secret", o->keyword);
+        for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+            char out[512];
+            srv_redact_conninfo(forms[i], out, sizeof out);
+            if (strstr(out, "Zq9") != NULL || strstr(out, "Secret") != NULL ||
+                strstr(out, "ret") != NULL)
+                fail_msg("%s: not redacted: %s -> %s", o->keyword, forms[i], out);
+        }
+    }
+    PQconninfoFree(opts);
+    assert_true(secrets >= 2);
+    assert_true(sslpassword);
+    static const char *const userinfo[] = {
+        "postgresql://app:Zq9?Secret@db/relay",
+        "postgresql://app:Zq9#Secret@db/relay",
+        "postgresql://app:Zq9%40Secret@db/relay",
+        "postgresql://app:Zq9@Secret@db/relay",
+    };
+    for (size_t i = 0; i < sizeof userinfo / sizeof userinfo[0]; i++) {
+        char out[256];
+        srv_redact_conninfo(userinfo[i], out, sizeof out);
+        if (strstr(out, "Zq9") != NULL || strstr(out, "Secret") != NULL)
+            fail_msg("not redacted: %s -> %s", userinfo[i], out);
+    }
+}
+
 /* Run the real binary; returns its exit status and its stdout in out. */
 static int run_daemon(char *out, size_t cap, const char *args)
 {
@@ -447,6 +506,7 @@ static void test_help_documents_every_key(void **state)
         "threads",
         "workers",
         "modules",
+        "definitions_dir",
         "auto_migrate",
         "auto_backfill",
         "token_audience",
@@ -506,7 +566,6 @@ static void test_help_documents_every_key(void **state)
 static void refused_by_both(const char *conf_text, const char *reason, const char *secret)
 {
     const char *path = write_conf("refused.conf", conf_text);
-        "definitions_dir",
     char args[1024], origin[200];
     static char out[8192];
     snprintf(origin, sizeof origin, "file %s:", path);
@@ -751,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_invalid_values_name_origin_not_value),
         cmocka_unit_test(test_validation_per_command),
         cmocka_unit_test(test_redact_conninfo),
+        cmocka_unit_test(test_redact_conninfo_secrets),
         cmocka_unit_test(test_check_config_binary_redacts),
         cmocka_unit_test(test_sample_configuration_is_valid),
         cmocka_unit_test(test_help_documents_every_key),
