@@ -9,6 +9,10 @@
  *   definition      the definition's SQL is wrong: the backfill fails
  * plus the engine's own SQLSTATEs raised by its schema (class BF).
  * The first matching prefix wins, so specific codes precede their class.
+ *
+ * Beside it, the condition names (PostgreSQL's errcodes.txt) of the exact SQLSTATEs a
+ * definition's SQL or data can cause, which diagnostics show with the code: an operator reads
+ * "undefined_column 42703, column fixd" and knows what to fix.
  */
 #include <string.h>
 
@@ -39,6 +43,8 @@ static const struct {
     {"3F000", BF_ERR_PREREQUISITE, "undefined schema"},
     {"42501", BF_ERR_PREREQUISITE, "insufficient privilege"},
     {"25006", BF_ERR_DEFINITION, "write in a read-only transaction"},
+    {"P0001", BF_ERR_DATA_INVARIANT, "raised by a trigger or function"},
+    {"P0", BF_ERR_DEFINITION, "PL/pgSQL error"},
     {"23", BF_ERR_DATA_INVARIANT, "integrity constraint violation"},
     {"22", BF_ERR_DATA_INVARIANT, "data exception"},
     {"42", BF_ERR_DEFINITION, "invalid statement in definition"},
@@ -55,6 +61,63 @@ bf_sqlstate_class bf__classify_sqlstate(const char *sqlstate)
             return (bf_sqlstate_class){sqlstate_table[i].err, sqlstate_table[i].label};
     }
     return (bf_sqlstate_class){BF_ERR_RETRYABLE, "database error"};
+}
+
+static const struct {
+    const char code[6];
+    const char *name;
+} condition_table[] = {
+    {"21000", "cardinality_violation"},
+    {"22001", "string_data_right_truncation"},
+    {"22003", "numeric_value_out_of_range"},
+    {"22004", "null_value_not_allowed"},
+    {"22007", "invalid_datetime_format"},
+    {"22008", "datetime_field_overflow"},
+    {"22012", "division_by_zero"},
+    {"22021", "character_not_in_repertoire"},
+    {"22023", "invalid_parameter_value"},
+    {"2202E", "array_subscript_error"},
+    {"22P02", "invalid_text_representation"},
+    {"22P05", "untranslatable_character"},
+    {"23502", "not_null_violation"},
+    {"23503", "foreign_key_violation"},
+    {"23505", "unique_violation"},
+    {"23514", "check_violation"},
+    {"23P01", "exclusion_violation"},
+    {"25006", "read_only_sql_transaction"},
+    {"25P03", "idle_in_transaction_session_timeout"},
+    {"3F000", "invalid_schema_name"},
+    {"40001", "serialization_failure"},
+    {"40P01", "deadlock_detected"},
+    {"42501", "insufficient_privilege"},
+    {"42601", "syntax_error"},
+    {"42702", "ambiguous_column"},
+    {"42703", "undefined_column"},
+    {"42704", "undefined_object"},
+    {"42803", "grouping_error"},
+    {"42804", "datatype_mismatch"},
+    {"42809", "wrong_object_type"},
+    {"42883", "undefined_function"},
+    {"42P01", "undefined_table"},
+    {"42P02", "undefined_parameter"},
+    {"42P18", "indeterminate_datatype"},
+    {"53100", "disk_full"},
+    {"53200", "out_of_memory"},
+    {"54000", "program_limit_exceeded"},
+    {"55P03", "lock_not_available"},
+    {"57014", "query_canceled"},
+    {"P0001", "raise_exception"},
+    {"P0002", "no_data_found"},
+    {"P0003", "too_many_rows"},
+    {"P0004", "assert_failure"},
+};
+
+const char *bf__condition_name(const char *sqlstate)
+{
+    for (size_t i = 0; sqlstate != NULL && i < BF_ARRAY_LEN(condition_table); i++)
+        if (strcmp(sqlstate, condition_table[i].code) == 0)
+            return condition_table[i].name;
+    return NULL;
 }
 
 const char *bf__error_class_name(bf_err err)

@@ -249,6 +249,9 @@ typedef struct bf_sqlstate_class {
 } bf_sqlstate_class;
 
 bf_sqlstate_class bf__classify_sqlstate(const char *sqlstate);
+/* PostgreSQL's condition name of a SQLSTATE ("undefined_column" for 42703) for the conditions a
+ * definition can cause; NULL for the others. */
+const char *bf__condition_name(const char *sqlstate);
 /* The error_class vocabulary stored in the backfill row for an execution error. */
 const char *bf__error_class_name(bf_err err);
 

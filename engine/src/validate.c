@@ -145,7 +145,7 @@ static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bou
         return BF_OK;
     }
     if (verdict != BF_OK)
-        return verdict == BF_ERR_DEFINITION && strstr(run->detail, "(25006)") != NULL
+        return verdict == BF_ERR_DEFINITION && strstr(run->detail, "25006)") != NULL
                    ? bf__diag(e, BF_ERR_DEFINITION, "validation attempted a write (25006)")
                    : verdict;
     if ((err = bf__exec(e, &r, "validation last key", c->sql_batch_last, 0, NULL)) != BF_OK)
