@@ -377,12 +377,38 @@ static const char *config_parse_line(const char *line, char *key, char *value)
     return NULL;
 }
 
+/* The configuration file, as opened: a regular file that group and others cannot write. It
+ * sets SQL the daemon runs (throttle_custom_sql), the database and the listeners, so a file
+ * anyone can write hands the daemon to anyone (like the key files, config_check_file). Checked
+ * on the open descriptor, for every command and every SIGHUP reload. */
+static bf_err config_check_file_mode(FILE *f, const char *path, char *diag, size_t cap)
+{
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0)
+        return config_fail(diag, cap, BF_ERR_IO, "cannot access configuration file %s: %s", path,
+                           strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "configuration file %s: not a regular file", path);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        return config_fail(diag, cap, BF_ERR_INVALID_ARGUMENT,
+                           "configuration file %s: the file is writable by group or others "
+                           "(chmod go-w)",
+                           path);
+    return BF_OK;
+}
+
 static bf_err config_read_file(config_raw *raw, const char *path, char *diag, size_t cap)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return config_fail(diag, cap, BF_ERR_IO, "cannot open configuration file %s: %s", path,
                            strerror(errno));
+    bf_err mode_err = config_check_file_mode(f, path, diag, cap);
+    if (mode_err != BF_OK) {
+        fclose(f);
+        return mode_err;
+    }
     char *line = NULL, *key = NULL, *value = NULL;
     size_t line_cap = 0;
     ssize_t len;

@@ -18,6 +18,8 @@
  * - test_audience_control_characters: bft_name_valid() in config_validate().
  * - test_key_file_modes: config_check_file(): trusted keys or revocations writable by group or
  *   others, a TLS key file accessible by group or others.
+ * - test_config_file_mode: config_check_file_mode(): a configuration file writable by group or
+ *   others (it can set SQL the daemon runs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,6 +82,8 @@ static const char *write_conf(const char *name, const char *text)
     assert_non_null(f);
     fputs(expanded, f);
     fclose(f);
+    /* whatever the umask: a configuration file group or others may write is refused */
+    assert_int_equal(chmod(path, 0644), 0);
     return path;
 }
 
@@ -799,6 +803,37 @@ static void test_key_file_modes(void **state)
     }
 }
 
+/* config_check_file_mode(): a configuration file group or others may write is refused by
+ * check-config and run (and by a SIGHUP reload: test_daemon_files.c), naming the file; the same
+ * file with go-w is accepted. */
+static void test_config_file_mode(void **state)
+{
+    (void)state;
+    static const mode_t modes[] = {0664, 0646, 0620, 0602, 0666};
+    char text[400], args[300];
+    static char out[8192];
+    snprintf(text, sizeof text,
+             "database_url = 'postgresql://db/x'\nlisten = 'ipc://%s/c.sock'\n"
+             "ipc_boundary = on\ntoken_audience = aud\n",
+             tmpdir);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const char *path = write_file_mode("mode.conf", text, modes[i]);
+        const char *commands[] = {"check-config", "run"};
+        for (size_t c = 0; c < 2; c++) {
+            snprintf(args, sizeof args, "%s -c '%s'", commands[c], path);
+            int rc = run_daemon(out, sizeof out, args);
+            if (rc != 1 || strstr(out, "the file is writable by group or others") == NULL ||
+                strstr(out, path) == NULL)
+                fail_msg("%s of a %04o configuration file: exit %d: %s", commands[c],
+                         (unsigned)modes[i], rc, out);
+        }
+    }
+    const char *path = write_file_mode("mode.conf", text, 0640);
+    snprintf(args, sizeof args, "check-config -c '%s'", path);
+    if (run_daemon(out, sizeof out, args) != 0)
+        fail_msg("check-config of a 0640 configuration file: %s", out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -823,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_database_url_port),
         cmocka_unit_test(test_audience_control_characters),
         cmocka_unit_test(test_key_file_modes),
+        cmocka_unit_test(test_config_file_mode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,8 @@
  *
  * Guard proved: auth_file_private() in server/src/auth.c's loading of both files, on the
  * SIGHUP path (srv_auth_reload); without it the writable keys file retires the key in force
- * and the writable revocations revoke the token.
+ * and the writable revocations revoke the token. And config.c config_check_file_mode() on the
+ * same path: a configuration file group or others may write is refused by the reload.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -119,6 +120,41 @@ static void test_reload_refuses_writable_files(void **state)
     bd_stop(&d);
 }
 
+/* A SIGHUP reload of a configuration file that group or others may write is refused
+ * (config.c config_check_file_mode on the reload path, startup.c signals_reload_throttle): the
+ * throttle settings in force stay; once the mode is fixed the same file applies. Without the
+ * check the writable file's settings would be taken. */
+static void test_reload_refuses_writable_config(void **state)
+{
+    (void)state;
+    bd_options o = bd_defaults();
+    o.workers = 0;
+    bd_start(&d, &o);
+    const char *refused = "SIGHUP: configuration refused, the previous throttle settings stay";
+    const char *applied = "SIGHUP: throttle settings reloaded";
+    FILE *f = fopen(d.config, "a");
+    assert_non_null(f);
+    fputs("throttle_custom_sql = 'SELECT true'\n", f);
+    fclose(f);
+    assert_int_equal(chmod(d.config, 0666), 0);
+    int before = count_lines(refused), applied_before = count_lines(applied);
+    assert_int_equal(kill(d.pid, SIGHUP), 0);
+    for (int i = 0; count_lines(refused) == before; i++) {
+        if (i > 6000 || count_lines(applied) != applied_before)
+            fail_msg("the daemon did not refuse the writable configuration; see %s", d.log);
+        bd_sleep_ms(10);
+    }
+    assert_true(bd_log_contains(&d, "the file is writable by group or others"));
+    assert_int_equal(chmod(d.config, 0644), 0);
+    assert_int_equal(kill(d.pid, SIGHUP), 0);
+    for (int i = 0; count_lines(applied) == applied_before; i++) {
+        if (i > 6000)
+            fail_msg("the daemon did not reload the fixed configuration; see %s", d.log);
+        bd_sleep_ms(10);
+    }
+    bd_stop(&d);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -137,6 +173,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reload_refuses_writable_files),
+        cmocka_unit_test(test_reload_refuses_writable_config),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

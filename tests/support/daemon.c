@@ -381,6 +381,8 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     if (o->extra != NULL)
         fprintf(f, "%s\n", o->extra);
     fclose(f);
+    /* whatever the umask: the daemon refuses a configuration file group or others may write */
+    assert_int_equal(chmod(d->config, 0644), 0);
 }
 
 /* true once url answers a request (any typed status counts: the listener serves). */
