@@ -25,6 +25,24 @@
  * clock at the first and the last counted attempt). A flood from one peer therefore costs at
  * most SRV_REJECT_BURST + 1 rows per window and no database round trip per request.
  *
+ * The global bound. Per-peer windows alone do not bound the audit: 100 source addresses each get
+ * their own burst, and more keys than the table holds used to evict open windows, whose keys
+ * then came back with a fresh burst, so a flood from many addresses wrote a row per request.
+ * So, over all keys:
+ * - at most SRV_REJECT_GLOBAL_BURST rows are written one by one per global window of
+ *   SRV_REJECT_WINDOW_MS; beyond it every attempt is counted in its key's entry, even when the
+ *   key is still within its own burst;
+ * - a new key takes a free slot, or the slot of a window that has closed; it never evicts an
+ *   open window. When every slot holds an open window, the attempt is counted in an aggregate
+ *   entry keyed by action, listener kind, error and outcome, whose authority names the kind
+ *   only ("unauthenticated tcp (more peers than the table holds)"). Aggregates have their own
+ *   SRV_REJECT_AGG_KEYS slots; when those are full too, the aggregate that closes first is
+ *   written and gives up its slot (the vocabulary of actions, kinds and reasons is small, so
+ *   that takes a flood of every method with every reason at once).
+ * Rows per window are therefore at most SRV_REJECT_GLOBAL_BURST + SRV_REJECT_KEYS +
+ * SRV_REJECT_AGG_KEYS (beyond that only aggregate evictions), whatever the number of peers, and
+ * the counts still add up to every attempt.
+ *
  * What a crash loses. Counts live only in memory until their row is written: a process killed
  * without SIGTERM (SIGKILL, crash, power loss) loses the attempts counted in the windows still
  * open, at most SRV_REJECT_WINDOW_MS worth per key; the attempts written one by one are in the
@@ -47,6 +65,7 @@
 
 #define REJECT_OUTCOME_MAX 200
 #define REJECT_ID_MAX      128
+#define REJECT_SLOTS       (SRV_REJECT_KEYS + SRV_REJECT_AGG_KEYS)
 
 typedef struct reject_entry {
     bool used;
@@ -72,10 +91,13 @@ struct srv_rejects {
     pthread_mutex_t mtx;
     pthread_cond_t cond; /* CLOCK_MONOTONIC: a new key, or stop */
     pthread_t thread;
-    bool stopping;                       /* under mtx */
-    srv_session session;                 /* the flusher's */
-    reject_entry table[SRV_REJECT_KEYS]; /* under mtx */
-    reject_entry batch[SRV_REJECT_KEYS]; /* the flusher's copies, written outside the lock */
+    bool stopping;       /* under mtx */
+    srv_session session; /* the flusher's */
+    /* under mtx: peer keys in [0, SRV_REJECT_KEYS), aggregates after them */
+    reject_entry table[REJECT_SLOTS];
+    reject_entry batch[REJECT_SLOTS]; /* the flusher's copies, written outside the lock */
+    int64_t global_closes_at;         /* under mtx: the global window (srv_now_us()) */
+    int global_written;               /* under mtx: rows written one by one in it */
 };
 
 static void reject_log(const srv_rejects *r, bf_log_level level, bf_event event, const char *fmt,
@@ -112,10 +134,11 @@ static void reject_copy(char *dst, size_t cap, const char *src)
 
 /* ---- the table (callers hold mtx) ------------------------------------------------------- */
 
-static reject_entry *reject_find(srv_rejects *r, const char *action, const char *authority,
-                                 bf_err err, const char *outcome)
+/* The entry of a key among slots [from, to). */
+static reject_entry *reject_find(srv_rejects *r, size_t from, size_t to, const char *action,
+                                 const char *authority, bf_err err, const char *outcome)
 {
-    for (size_t i = 0; i < SRV_REJECT_KEYS; i++) {
+    for (size_t i = from; i < to; i++) {
         reject_entry *e = &r->table[i];
         if (e->used && e->err == err && strcmp(e->action, action) == 0 &&
             strcmp(e->authority, authority) == 0 && strcmp(e->outcome, outcome) == 0)
@@ -124,17 +147,22 @@ static reject_entry *reject_find(srv_rejects *r, const char *action, const char 
     return NULL;
 }
 
-/* A free slot, or the slot of the window that closes first (its counts into *evicted). */
-static reject_entry *reject_slot(srv_rejects *r, reject_entry *evicted, bool *have_evicted)
+/* A free slot among [from, to), or the slot of the window that closes first (its counts into
+ * *evicted) when that window has closed by now or evict_open; NULL when every window is open
+ * and !evict_open. */
+static reject_entry *reject_slot(srv_rejects *r, size_t from, size_t to, int64_t now,
+                                 bool evict_open, reject_entry *evicted, bool *have_evicted)
 {
     reject_entry *oldest = NULL;
-    for (size_t i = 0; i < SRV_REJECT_KEYS; i++) {
+    for (size_t i = from; i < to; i++) {
         reject_entry *e = &r->table[i];
         if (!e->used)
             return e;
         if (oldest == NULL || e->closes_at < oldest->closes_at)
             oldest = e;
     }
+    if (!evict_open && now < oldest->closes_at)
+        return NULL;
     if (oldest->count > 0) {
         *evicted = *oldest;
         *have_evicted = true;
@@ -166,6 +194,37 @@ static void reject_count(reject_entry *e, const char *id, const char *request_id
     }
     e->last_us = wall < e->first_us ? e->first_us : wall; /* the wall clock may step back */
     e->count++;
+}
+
+/* Make e (a free or taken-over slot) the entry of a key, its window opening now. */
+static void reject_key(srv_rejects *r, reject_entry *e, const char *action, const char *authority,
+                       bf_err err, const char *outcome, int64_t now)
+{
+    memset(e, 0, sizeof *e);
+    e->used = true;
+    reject_copy(e->action, sizeof e->action, action);
+    reject_copy(e->authority, sizeof e->authority, authority);
+    e->err = err;
+    reject_copy(e->outcome, sizeof e->outcome, outcome);
+    reject_open_window(e, now, r->window_us);
+    pthread_cond_signal(&r->cond); /* the flusher may be waiting for no window at all */
+}
+
+/* "unauthenticated tcp addr=192.0.2.7" -> "unauthenticated tcp (more peers than the table
+ * holds)": the listener kind is kept, the peer is not. */
+static void reject_aggregate_authority(const char *authority, char *out, size_t cap)
+{
+    const char *prefix = "unauthenticated ";
+    size_t plen = strlen(prefix);
+    const char *kind = strncmp(authority, prefix, plen) == 0 ? authority + plen : "";
+    int kind_len = (int)strcspn(kind, " ");
+    if (kind_len > 16)
+        kind_len = 16;
+    if (kind_len > 0)
+        snprintf(out, cap, "unauthenticated %.*s (more peers than the table holds)", kind_len,
+                 kind);
+    else
+        snprintf(out, cap, "unauthenticated (more peers than the table holds)");
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
@@ -202,27 +261,40 @@ bf_err srv_rejects_audit(srv_rejects *r, srv_session *session, const char *actio
     bool have_evicted = false, write_now = false;
 
     pthread_mutex_lock(&r->mtx);
-    reject_entry *e = reject_find(r, action, who->authority, err, key_outcome);
-    if (e != NULL && now >= e->closes_at) { /* closed, the flusher has not got to it yet */
+    bool aggregate = false;
+    reject_entry *e = reject_find(r, 0, SRV_REJECT_KEYS, action, who->authority, err, key_outcome);
+    if (e == NULL) {
+        e = reject_slot(r, 0, SRV_REJECT_KEYS, now, false, &evicted, &have_evicted);
+        if (e != NULL)
+            reject_key(r, e, action, who->authority, err, key_outcome, now);
+    }
+    if (e == NULL) { /* every peer slot holds an open window: count in the aggregate */
+        char authority[BF_ACTOR_MAX];
+        reject_aggregate_authority(who->authority, authority, sizeof authority);
+        aggregate = true;
+        e = reject_find(r, SRV_REJECT_KEYS, REJECT_SLOTS, action, authority, err, key_outcome);
+        if (e == NULL) {
+            e = reject_slot(r, SRV_REJECT_KEYS, REJECT_SLOTS, now, true, &evicted, &have_evicted);
+            reject_key(r, e, action, authority, err, key_outcome, now);
+        }
+    }
+    if (now >= e->closes_at) { /* closed, the flusher has not got to it yet */
         if (e->count > 0) {
+            /* at most one eviction per call: a slot taken above had no counts left, or wrote
+             * them through *evicted already, and its window is open */
             evicted = *e;
             have_evicted = true;
         }
         reject_open_window(e, now, r->window_us);
     }
-    if (e == NULL) {
-        e = reject_slot(r, &evicted, &have_evicted);
-        memset(e, 0, sizeof *e);
-        e->used = true;
-        reject_copy(e->action, sizeof e->action, action);
-        reject_copy(e->authority, sizeof e->authority, who->authority);
-        e->err = err;
-        reject_copy(e->outcome, sizeof e->outcome, key_outcome);
-        reject_open_window(e, now, r->window_us);
-        pthread_cond_signal(&r->cond); /* the flusher may be waiting for no window at all */
+    if (now >= r->global_closes_at) {
+        r->global_closes_at = now + r->window_us;
+        r->global_written = 0;
     }
-    if (e->written < SRV_REJECT_BURST) {
+    if (!aggregate && e->written < SRV_REJECT_BURST &&
+        r->global_written < SRV_REJECT_GLOBAL_BURST) {
         e->written++;
+        r->global_written++;
         write_now = true;
     } else {
         if (e->count == INT32_MAX) { /* the column's limit: write what we have, count on */
@@ -258,7 +330,7 @@ static void reject_deadline(struct timespec *ts, int64_t at_us)
 static size_t reject_collect(srv_rejects *r, int64_t now, bool everything)
 {
     size_t n = 0;
-    for (size_t i = 0; i < SRV_REJECT_KEYS; i++) {
+    for (size_t i = 0; i < REJECT_SLOTS; i++) {
         reject_entry *e = &r->table[i];
         if (!e->used || (!everything && e->closes_at > now))
             continue;
@@ -277,7 +349,7 @@ static void *reject_flusher(void *arg)
         int64_t now = srv_now_us();
         bool stop = r->stopping;
         int64_t next = INT64_MAX;
-        for (size_t i = 0; !stop && i < SRV_REJECT_KEYS; i++)
+        for (size_t i = 0; !stop && i < REJECT_SLOTS; i++)
             if (r->table[i].used && r->table[i].closes_at < next)
                 next = r->table[i].closes_at;
         if (!stop && next > now) {

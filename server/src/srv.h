@@ -248,6 +248,11 @@ void srv_budget_init(srv_budget *b, size_t limit);
 #define SRV_REJECT_WINDOW_MS 10000 /* a coalescing window */
 #define SRV_REJECT_BURST     8     /* rejections of a window written one by one, per key */
 #define SRV_REJECT_KEYS      256   /* keys (peer, action, reason) counted at once */
+/* Over all keys: rows written one by one per window (beyond: counted), and the aggregate keys
+ * (action, listener kind, reason) that count the attempts of new peers while every key above
+ * holds an open window (reject.c's design notes). */
+#define SRV_REJECT_GLOBAL_BURST 64
+#define SRV_REJECT_AGG_KEYS     32
 
 typedef struct srv_rejects srv_rejects;
 
@@ -259,7 +264,9 @@ void srv_rejects_free(srv_rejects *r);
 /*
  * Audit an unauthenticated rejection of an audited method: written at once (bf_audit_rejection
  * on session's engine) while its key (action, who->authority, err, outcome) has had fewer than
- * SRV_REJECT_BURST rows in the current window, else counted for the window's coalesced row.
+ * SRV_REJECT_BURST rows in the current window and all keys together fewer than
+ * SRV_REJECT_GLOBAL_BURST, else counted for the window's coalesced row (of its key, or of its
+ * aggregate when the table is full of open windows).
  * Returns the write's error (BF_OK when counted); the caller logs it. Thread-safe.
  */
 bf_err srv_rejects_audit(srv_rejects *r, srv_session *session, const char *action, const char *id,

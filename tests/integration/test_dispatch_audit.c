@@ -11,6 +11,8 @@
  * SRV_REJECT_BURST of a window per (peer, action, reason) are written at once, a flood beyond
  * is counted and written as one row with count and window when the window closes, when the
  * table is full and when the dispatcher is freed; the counts always add up to the attempts.
+ * Over all peers at most SRV_REJECT_GLOBAL_BURST rows per window are written one by one, and
+ * peers beyond the table are counted in an aggregate of their listener kind.
  * An invalid-UTF-8 ID reaching the engine (an authorized Validate) is audited, sanitized.
  *
  * Real pieces: the Admin service and its policies (admin.c), srv_auth with a trusted key minted
@@ -401,32 +403,77 @@ static void test_closed_window_is_flushed(void **state)
     assert_int_equal(attempts_of(authority), n); /* nothing written twice */
 }
 
-/* More keys than the table holds: the window that closes first gives up its slot, and its
- * counts are written then. Guard: the eviction in reject_slot(). */
-static void test_full_table_evicts_the_oldest(void **state)
+/* More peers than the table holds, each within its burst, in one window: the rows written one
+ * by one stop at SRV_REJECT_GLOBAL_BURST over all keys, an open window is never evicted (which
+ * used to give the evicted key a fresh burst: a row per request), new peers are counted in the
+ * aggregate of their listener kind, and every attempt is in the counts. Guards: the global
+ * burst and the no-eviction of open windows in srv_rejects_audit/reject_slot. */
+static void test_many_peers_are_bounded_globally(void **state)
 {
     (void)state;
     srv_rejects *r = NULL;
     assert_int_equal(srv_rejects_new(&r, &ctx), BF_OK);
+    const int peers = SRV_REJECT_KEYS + 200, per_peer = 4;
     char authority[64];
-    for (int k = 0; k <= SRV_REJECT_KEYS; k++) {
-        snprintf(authority, sizeof authority, "unauthenticated tcp addr=198.51.%d.%d", k / 256,
-                 k % 256);
-        bf_actor who = {.authority = authority};
-        int n = k < SRV_REJECT_KEYS ? SRV_REJECT_BURST + 1 : 1;
-        for (int i = 0; i < n; i++)
+    for (int round = 0; round < per_peer; round++) {
+        for (int k = 0; k < peers; k++) {
+            snprintf(authority, sizeof authority, "unauthenticated tcp addr=198.51.%d.%d", k / 256,
+                     k % 256);
+            bf_actor who = {.authority = authority};
             assert_int_equal(srv_rejects_audit(r, &session, "resume", NULL, &who,
                                                BF_ERR_UNAUTHENTICATED, "expired"),
                              BF_OK);
+        }
     }
-    /* the first key's counted attempt was written when the last key took its slot */
-    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.0"), SRV_REJECT_BURST + 1);
-    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.1"), SRV_REJECT_BURST);
+    const char *where = "authority LIKE 'unauthenticated tcp %%' AND action = 'resume'";
+    /* while the window is open: only the global burst is written */
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE %s", where),
+                     SRV_REJECT_GLOBAL_BURST);
+    srv_rejects_free(r); /* shutdown: every count is written */
+    long long rows = bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE %s", where);
+    if (rows > SRV_REJECT_GLOBAL_BURST + SRV_REJECT_KEYS + SRV_REJECT_AGG_KEYS)
+        fail_msg("%lld rows for %d attempts", rows, peers * per_peer);
+    assert_int_equal(
+        bt_int(pg, "SELECT coalesce(sum(count), 0) FROM buzz_backfill.audit WHERE %s", where),
+        peers * per_peer);
+    /* the peers beyond the table are in one aggregate row */
+    assert_int_equal(attempts_of("unauthenticated tcp (more peers than the table holds)"),
+                     (peers - SRV_REJECT_KEYS) * per_peer);
+    assert_int_equal(rows_of("unauthenticated tcp (more peers than the table holds)"), 1);
+}
+
+/* Once the windows of a full table have closed, a new key gets a slot of its own again (freed
+ * by the flusher, or taken over in reject_slot() when the flusher has not got to it yet), not
+ * the aggregate. */
+static void test_full_table_reuses_closed_windows(void **state)
+{
+    (void)state;
+    srv_rejects *r = NULL;
+    assert_int_equal(srv_rejects_new(&r, &ctx), BF_OK);
+    srv_rejects_set_window_for_testing(r, 200);
+    char authority[64];
+    for (int k = 0; k < SRV_REJECT_KEYS; k++) {
+        snprintf(authority, sizeof authority, "unauthenticated tcp addr=203.0.%d.%d", k / 256,
+                 k % 256);
+        bf_actor who = {.authority = authority};
+        assert_int_equal(
+            srv_rejects_audit(r, &session, "pause", NULL, &who, BF_ERR_UNAUTHENTICATED, "expired"),
+            BF_OK);
+    }
+    struct timespec ts = {0, 300 * 1000000};
+    nanosleep(&ts, NULL); /* every window has closed */
+    bf_actor who = {.authority = "unauthenticated tcp addr=203.0.9.9"};
+    assert_int_equal(
+        srv_rejects_audit(r, &session, "pause", NULL, &who, BF_ERR_UNAUTHENTICATED, "expired"),
+        BF_OK);
     srv_rejects_free(r);
-    assert_int_equal(attempts_of("unauthenticated tcp addr=198.51.0.1"), SRV_REJECT_BURST + 1);
+    assert_int_equal(attempts_of("unauthenticated tcp addr=203.0.9.9"), 1);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE action = 'pause'"
+                                " AND authority LIKE '%%more peers%%'"),
+                     0);
     assert_int_equal(bt_int(pg, "SELECT coalesce(sum(count), 0) FROM buzz_backfill.audit"
-                                " WHERE authority LIKE 'unauthenticated tcp addr=198.51.%%'"),
-                     SRV_REJECT_KEYS * (SRV_REJECT_BURST + 1) + 1);
+                                " WHERE authority LIKE 'unauthenticated tcp addr=203.0.%%'"),
+                     SRV_REJECT_KEYS + 1);
 }
 
 /* ---- decoding --------------------------------------------------------------------------- */
@@ -491,7 +538,8 @@ int main(void)
         cmocka_unit_test(test_audit_failure_is_logged),
         cmocka_unit_test(test_flood_is_coalesced),
         cmocka_unit_test(test_closed_window_is_flushed),
-        cmocka_unit_test(test_full_table_evicts_the_oldest),
+        cmocka_unit_test(test_many_peers_are_bounded_globally),
+        cmocka_unit_test(test_full_table_reuses_closed_windows),
         cmocka_unit_test(test_dense_body_exceeds_the_budget),
         cmocka_unit_test(test_invalid_utf8_validate_is_audited),
     };
