@@ -245,6 +245,11 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
                 bf__format(out->detail, sizeof out->detail, "rejected: cannot %s a %s backfill",
                            name, bf_state_name(out->prior));
             }
+        } else if (err == BF_ERR_NOT_FOUND && bf__registry_compiled(e->reg, id, NULL) != NULL) {
+            /* this process defines it but has not registered it yet (a daemon between its
+             * socket and its registration): retryable, and the request is not recorded, so
+             * the same request succeeds once the row exists */
+            err = bf__diag(e, BF_ERR_UNAVAILABLE, "%s is not registered yet: retry shortly", id);
         } else if (err == BF_ERR_NOT_FOUND) {
             out->err = BF_ERR_NOT_FOUND;
             bf__format(out->detail, sizeof out->detail, "rejected: backfill not found");

@@ -353,6 +353,7 @@ bf_err bf__request_finish(bf_engine *e, const bf_actor *who, const bf_action_res
 typedef struct bf_validation_run {
     bf_validation_outcome outcome;
     bf_err verdict; /* BF_OK, BF_ERR_VALIDATION_FAILED, BF_ERR_PREREQUISITE, or a run error */
+    long long bad;  /* declarative: rows found still needing repair */
     char detail[BF_DIAG_MAX];
 } bf_validation_run;
 

@@ -81,6 +81,10 @@ void bf__validation_unlock(bf_engine *e, const char *id)
         bf__log(e, BF_LOG_WARN, "could not release validation lock of %s", id);
 }
 
+/* After the first chunk with rows still needing repair, a declarative validation goes on
+ * counting them through the bound for at most this long. */
+#define VALIDATION_COUNT_US (10 * 1000000)
+
 static int chunk_size(const bf_definition *d)
 {
     if (d->validate_chunk > 0)
@@ -110,8 +114,7 @@ static bf_err chunk_declarative(bf_engine *e, const bf_compiled *c, const char *
         return err;
     if (bad > 0) {
         run->verdict = BF_ERR_VALIDATION_FAILED;
-        bf__format(run->detail, sizeof run->detail, "%lld rows through the bound still need repair",
-                   bad);
+        run->bad += bad;
     }
     return BF_OK;
 }
@@ -169,6 +172,8 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
     char after[BF_KEY_TEXT_MAX] = "";
     bool has_after = false;
     long total = 0;
+    int64_t failed_us = 0; /* when the first chunk with rows still needing repair ended */
+    bool counted_all = true;
     for (;;) {
         bf_err err = gate ? gate(gate_arg) : BF_OK;
         if (err != BF_OK)
@@ -182,18 +187,40 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
         bf__rollback(e); /* validation never commits */
         if (err != BF_OK)
             return err;
-        if (run->verdict != BF_OK) {
-            run->outcome = BF_VALIDATION_FAILURE;
-            return BF_OK;
-        }
         total += rows;
+        /* a definition's own check says only that a chunk failed: stop at the first. The
+         * declarative check counts, so go on counting the rest through the bound, for at most
+         * VALIDATION_COUNT_US more (then the count is a lower bound, and says so) */
+        if (run->verdict != BF_OK &&
+            (c->def->validate != NULL || run->verdict != BF_ERR_VALIDATION_FAILED))
+            break;
+        if (run->verdict != BF_OK && failed_us == 0)
+            failed_us = bf__monotonic_us();
         if (rows < chunk)
             break;
+        if (failed_us != 0 && bf__monotonic_us() - failed_us > VALIDATION_COUNT_US) {
+            counted_all = false;
+            break;
+        }
         bf__copy(after, sizeof after, last);
         has_after = true;
     }
-    run->outcome = BF_VALIDATION_SUCCESS;
-    bf__format(run->detail, sizeof run->detail, "postcondition holds for %ld rows", total);
+    if (run->verdict == BF_OK) {
+        run->outcome = BF_VALIDATION_SUCCESS;
+        bf__format(run->detail, sizeof run->detail, "postcondition holds for %ld rows", total);
+        return BF_OK;
+    }
+    run->outcome = BF_VALIDATION_FAILURE;
+    if (c->def->validate == NULL && run->verdict == BF_ERR_VALIDATION_FAILED) {
+        if (counted_all)
+            bf__format(run->detail, sizeof run->detail,
+                       "%lld of %ld rows through the bound still need repair", run->bad, total);
+        else
+            bf__format(run->detail, sizeof run->detail,
+                       "at least %lld rows through the bound still need repair (counted in the"
+                       " first %ld rows; counting stopped after %d s)",
+                       run->bad, total, VALIDATION_COUNT_US / 1000000);
+    }
     return BF_OK;
 }
 
@@ -225,7 +252,8 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
                        "UPDATE buzz_backfill.backfill SET state = 'completed',"
                        " completed_at = clock_timestamp(), claim_owner = NULL,"
                        " claim_expires_at = NULL, claimed_at = NULL, error_class = NULL,"
-                       " error_detail = NULL, error_at = NULL,"
+                       " error_detail = NULL, error_at = NULL, attempts = 0,"
+                       " next_attempt_at = NULL,"
                        " validation_outcome = 'success', validation_detail = $3,"
                        " validated_at = clock_timestamp(), validation_request = $4,"
                        " updated_at = clock_timestamp()"
@@ -269,12 +297,14 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
 
 /* Raw bound, state and generation of a row, outside any transaction. */
 static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64_t *generation,
-                            char *bound, bool *bound_empty, char *key_types, size_t key_types_len)
+                            char *bound, bool *bound_empty, bool *reached, char *key_types,
+                            size_t key_types_len)
 {
     const char *params[] = {id};
     PGresult *r = NULL;
     bf_err err = bf__exec(e, &r, "read backfill",
-                          "SELECT state, generation, bound::text, bound_empty, key_types"
+                          "SELECT state, generation, bound::text, bound_empty, key_types,"
+                          " coalesce(bound_empty OR checkpoint = bound, false)"
                           " FROM buzz_backfill.backfill WHERE id = $1",
                           1, params);
     if (err != BF_OK)
@@ -288,6 +318,7 @@ static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64
     *state = st;
     *generation = bf__field_i64(r, 0, 1);
     *bound_empty = bf__field_bool(r, 0, 3);
+    *reached = bf__field_bool(r, 0, 5);
     bf__copy(key_types, key_types_len, bf__field(r, 0, 4));
     err = bf__key_field(e, bound, r, 0, 2);
     PQclear(r);
@@ -311,11 +342,11 @@ static bf_err validate_run(validate_ctx *v, bool held)
     bf_state state = 0;
     int64_t generation = 0;
     char bound[BF_KEY_TEXT_MAX];
-    bool empty = false;
+    bool empty = false, reached = false;
     char key_types[sizeof((bf_backfill *)NULL)->key_types] = "";
     const bf_compiled *c = bf__registry_compiled(e->reg, v->id, NULL);
-    bf_err err =
-        validate_read(e, v->id, &state, &generation, bound, &empty, key_types, sizeof key_types);
+    bf_err err = validate_read(e, v->id, &state, &generation, bound, &empty, &reached, key_types,
+                               sizeof key_types);
     if (err == BF_ERR_NOT_FOUND) {
         out->err = BF_ERR_NOT_FOUND;
         bf__copy(out->detail, sizeof out->detail, "rejected: backfill not found");
@@ -354,7 +385,14 @@ static bf_err validate_run(validate_ctx *v, bool held)
             err = validate_current_state(v, reason);
         } else {
             out->validation = run.outcome;
-            bf__copy(out->detail, sizeof out->detail, run.detail);
+            if (run.outcome == BF_VALIDATION_FAILURE && !reached && state != BF_STATE_COMPLETED)
+                /* not a verdict on the backfill: it has not finished its batches */
+                bf__format(out->detail, sizeof out->detail,
+                           "%s; the checkpoint has not reached the bound (%s): the rows after it"
+                           " are for the remaining batches",
+                           run.detail, bf_state_name(state));
+            else
+                bf__copy(out->detail, sizeof out->detail, run.detail);
             bool completes = run.outcome == BF_VALIDATION_SUCCESS && state == BF_STATE_VALIDATING;
             err = out->err = validate_record(v, true, completes ? generation : -1);
             if (err == BF_OK) { /* recorded: one event per recorded explicit pass */
@@ -441,9 +479,9 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
             bf_state st = 0;
             int64_t gen = 0;
             char bound[BF_KEY_TEXT_MAX], key_types[sizeof out->row.key_types];
-            bool empty;
-            if (validate_read(e, id, &st, &gen, bound, &empty, key_types, sizeof key_types) ==
-                BF_OK) {
+            bool empty, reached;
+            if (validate_read(e, id, &st, &gen, bound, &empty, &reached, key_types,
+                              sizeof key_types) == BF_OK) {
                 out->prior = out->result = st;
                 out->generation = gen;
             }

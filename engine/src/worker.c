@@ -51,6 +51,7 @@ struct bf_worker {
     char checkpoint[BF_KEY_TEXT_MAX]; /* text[] literal */
     bool prereq_checked;
     bool validation_locked; /* this session holds the validation lock of id */
+    bool validation_failed; /* worker_fail records a failed validation as the row's latest */
 
     /* for log records: CLOCK_MONOTONIC start of the step in progress (0 outside a step), and
      * the row's progress counters as of the claim plus every batch.committed reported since,
@@ -508,7 +509,8 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
         worker_transition(w,
                           "completed_at = clock_timestamp(), claim_owner = NULL,"
                           " claim_expires_at = NULL, claimed_at = NULL, error_class = NULL,"
-                          " error_detail = NULL, error_at = NULL,"
+                          " error_detail = NULL, error_at = NULL, attempts = 0,"
+                          " next_attempt_at = NULL,"
                           " validation_outcome = 'success', validation_detail = $8,"
                           " validated_at = clock_timestamp(), validation_request = NULL",
                           BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail, "validation succeeded");
@@ -576,11 +578,17 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
         [FAIL_RETRY] = "retry", [FAIL_BLOCK] = "block", [FAIL_FAIL] = "fail"};
     char bounded[BF_DIAG_MAX];
     bf__copy(bounded, sizeof bounded, detail);
-    const char *params[] = {w->id,    gen,
-                            e->owner, modes[failure_mode_of(cause)],
-                            max,      base,
-                            cap,      bf__error_class_name(cause),
-                            bounded,  bf_state_name(w->state)};
+    const char *params[] = {w->id,
+                            gen,
+                            e->owner,
+                            modes[failure_mode_of(cause)],
+                            max,
+                            base,
+                            cap,
+                            bf__error_class_name(cause),
+                            bounded,
+                            bf_state_name(w->state),
+                            w->validation_failed ? "true" : "false"};
     PGresult *r = NULL;
     err = bf__exec(e, &r, "record failure",
                    "WITH u AS (UPDATE buzz_backfill.backfill b SET attempts = b.attempts + 1,"
@@ -591,6 +599,11 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
                    "  * (0.5 + random() * 0.5) * interval '1 ms' END,"
                    " error_class = $8, error_detail = $9, error_at = clock_timestamp(),"
                    " claim_owner = NULL, claim_expires_at = NULL, claimed_at = NULL,"
+                   " validation_outcome = CASE WHEN $11 THEN 'failure'"
+                   "  ELSE b.validation_outcome END,"
+                   " validation_detail = CASE WHEN $11 THEN $9 ELSE b.validation_detail END,"
+                   " validated_at = CASE WHEN $11 THEN clock_timestamp() ELSE b.validated_at END,"
+                   " validation_request = CASE WHEN $11 THEN NULL ELSE b.validation_request END,"
                    " updated_at = clock_timestamp()"
                    " WHERE b.id = $1 AND b.generation = $2::bigint AND b.claim_owner = $3"
                    " AND b.state = $10 RETURNING b.state, b.attempts, b.generation),"
@@ -599,7 +612,7 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
                    " SELECT $1, 'worker', $3, 'engine', $10, u.state, u.generation, $9 FROM u"
                    " WHERE u.state <> $10)"
                    " SELECT state, attempts, pg_notify('buzz_backfill', $1) FROM u",
-                   10, params);
+                   11, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
@@ -1273,7 +1286,9 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     }
     bf_err cause =
         run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE : BF_ERR_VALIDATION_FAILED;
+    w->validation_failed = true; /* the row's latest validation, as an explicit one would be */
     err = worker_fail(w, cause, run.detail, bf__error_class_name(cause), info);
+    w->validation_failed = false;
     if (err == BF_OK && info->step != BF_STEP_LOST) { /* the outcome was recorded */
         bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_VALIDATION_FAILED);
         rec.duration_us = pass_us;
