@@ -66,6 +66,11 @@ if(TARGET buzz-backfilld)
   install(FILES ${BUZZ_PKG_DIR}/buzz-backfilld.conf
           DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/buzz-backfill
           PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ COMPONENT daemon)
+  # definitions_dir: definition files hold SQL the daemon runs, so only root may write here
+  install(DIRECTORY DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/buzz-backfill/definitions.d
+          DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                                WORLD_READ WORLD_EXECUTE
+          COMPONENT daemon)
 endif()
 if(TARGET buzzctl)
   install(TARGETS buzzctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ctl)
