@@ -28,6 +28,7 @@ PACKAGES=(
     libjson-c-dev
     libvterm-dev
     clang
+    valgrind
     libclang-rt-14-dev
     clang-format
     procps

@@ -7,6 +7,9 @@ PROG="${0##*/}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG="$ROOT/scripts/pg.sh"
 FUZZ_SECONDS=20
+# The daemon suites run under memcheck: the HTTP endpoints (/readyz in every mode, /metrics)
+# and the SIGHUP reloads; chosen to stay within a few minutes (memcheck is ~20x slower).
+VALGRIND_SUITES="test_metrics|test_daemon_files"
 
 usage()
 {
@@ -18,6 +21,9 @@ Runs, stopping at the first failing stage:
   build       cmake build/ (RelWithDebInfo, BUZZ_WERROR=ON)
   postgres    scripts/pg.sh start; exports BUZZ_TEST_PG_URL
   test        ctest in build/
+  valgrind    the daemon suites in VALGRIND_SUITES again with every daemon under
+              valgrind's memcheck (BUZZ_TEST_VALGRIND=1, tests/support/daemon.c):
+              a read of uninitialized memory fails them (about 2 minutes)
   package     scripts/package.sh: the Debian packages in build-pkg/, lintian
   pkg install scripts/package-test.sh: install them, check-config, run the
               installed daemon and buzzctl against the cluster, purge, check
@@ -58,7 +64,7 @@ done
 cd "$ROOT"
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
-STAGES=(deps build postgres test package "pkg install" "asan build" "asan test" "fuzz build" "fuzz run")
+STAGES=(deps build postgres test valgrind package "pkg install" "asan build" "asan test" "fuzz build" "fuzz run")
 declare -A RESULT=() DURATION=()
 T_START=$SECONDS
 FAILED_STAGE=""
@@ -213,6 +219,16 @@ stage_test()
     run_ctest build
 }
 
+stage_valgrind()
+{
+    if ! command -v valgrind >/dev/null 2>&1; then
+        skip_because "valgrind not installed"
+        return 77
+    fi
+    BUZZ_TEST_VALGRIND=1 ctest --test-dir build --output-on-failure -j2 --timeout 300 \
+        -R "^(${VALGRIND_SUITES})\$"
+}
+
 stage_package()
 {
     "$ROOT/scripts/package.sh"
@@ -315,6 +331,7 @@ export BUZZ_TEST_PG_URL
 echo "BUZZ_TEST_PG_URL=$BUZZ_TEST_PG_URL"
 
 run_stage test stage_test
+run_stage valgrind stage_valgrind
 run_stage package stage_package
 run_stage "pkg install" stage_pkg_install
 

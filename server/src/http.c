@@ -166,8 +166,22 @@ static void *http_thread_main(void *arg)
 /* Handler data: what the path serves and the listener (freed by nng with the handler). */
 typedef struct http_handler_data {
     int kind;
+    const char *path; /* static */
     srv_http *h;
 } http_handler_data;
+
+/* Whether the request's target, as sent, is path itself (a query string may follow). nng
+ * matches handlers on the percent-decoded path, so "/metrics%00" (a NUL) or "/metrics%00.txt"
+ * reached the /metrics handler as "/metrics"; the raw target must name it byte for byte. */
+static bool http_target_is(nng_aio *aio, const char *path)
+{
+    nng_http_req *req = nng_aio_get_input(aio, 0);
+    const char *uri = req != NULL ? nng_http_req_get_uri(req) : NULL;
+    if (uri == NULL)
+        return false;
+    size_t len = strcspn(uri, "?#");
+    return len == strlen(path) && memcmp(uri, path, len) == 0;
+}
 
 /* nng's handler callback: inputs are the request, the handler and the connection. */
 static void http_handle(nng_aio *aio)
@@ -175,6 +189,10 @@ static void http_handle(nng_aio *aio)
     nng_http_handler *handler = nng_aio_get_input(aio, 1);
     const http_handler_data *data = nng_http_handler_get_data(handler);
     srv_http *h = data->h;
+    if (!http_target_is(aio, data->path)) {
+        http_text(aio, 404, "not found\n");
+        return;
+    }
     if (data->kind == HTTP_LIVEZ) {
         http_text(aio, 200, "ok\n");
         return;
@@ -203,6 +221,7 @@ static int http_add(srv_http *h, int kind, const char *path)
     if (data == NULL)
         return NNG_ENOMEM;
     data->kind = kind;
+    data->path = path;
     data->h = h;
     nng_http_handler *handler = NULL;
     int rv = nng_http_handler_alloc(&handler, path, http_handle);

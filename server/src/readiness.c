@@ -158,7 +158,11 @@ static uint64_t readiness_fingerprint(const readiness_answer *a)
 static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_engine *e,
                               bf_err open_err)
 {
+    /* rows (large) is written by bf_readiness_read; everything after it is set here: manual
+     * mode never reaches readiness_backfills, and /readyz printed the heap's garbage as gating */
     memset(a, 0, offsetof(readiness_answer, rows));
+    a->gating_total = 0;
+    a->fingerprint = 0;
     Buzz__Backfill__V1__CheckResponse *r = &a->resp;
     buzz__backfill__v1__check_response__init(r);
     for (int i = 0; i < COMP_COUNT; i++) {
