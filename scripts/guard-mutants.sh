@@ -121,6 +121,7 @@ MUTANTS = [
     check("throttle_since", "CONSTRAINT throttle_since"),
     check("slow_value_length", "CONSTRAINT slow_value_length"),
     check("slow_since", "CONSTRAINT slow_since"),
+    check("definition_digest_format", "CONSTRAINT definition_digest_format"),
     check("audit_backfill_id_check", AUDIT, "  backfill_id text"),
     check("audit_action_check", AUDIT, "  action text"),
     check("audit_actor_check", AUDIT, "  actor text"),

@@ -68,13 +68,21 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
     PGresult *r = NULL;
     const char *kp[] = {id};
     bf_err err = bf__exec(e, &r, "read key types",
-                          "SELECT key_types FROM buzz_backfill.backfill WHERE id = $1", 1, kp);
+                          "SELECT key_types, definition_digest FROM buzz_backfill.backfill"
+                          " WHERE id = $1",
+                          1, kp);
     if (err != BF_OK)
         return err;
     bool same = PQntuples(r) == 1 && strcmp(bf__field(r, 0, 0), c->key_types) == 0;
+    bool same_def =
+        PQntuples(r) == 1 && (bf__isnull(r, 0, 1) || strcmp(bf__field(r, 0, 1), c->digest) == 0);
     PQclear(r);
     if (!same)
         return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
+    if (!same_def)
+        return bf__diag(e, BF_ERR_INCOMPATIBLE,
+                        "registered by a materially different definition: a changed definition"
+                        " needs a new stable ID");
     /* the preflight captures the bound and fails closed on a key that could skip or repeat
      * tied rows, on key columns of another type, and on batches that would not be bounded work
      * (preflight.c) */

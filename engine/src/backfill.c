@@ -187,31 +187,48 @@ bf_err bf_register(bf_engine *e, const bf_definition *def)
         def->description ? def->description : "",
         def->owner ? def->owner : "",
         def->revision ? def->revision : "",
+        c->digest,
     };
     /* Converges on one row per stable ID whatever the order or repetition. Metadata is
      * last-registration-wins; lifecycle, bound, checkpoint and generation are never touched.
-     * A row whose key types differ cannot be interpreted by this definition: fail closed. */
+     * A row whose key types differ cannot be interpreted by this definition, and one stored by
+     * a materially different definition (its digest, kept from the first registration) is not
+     * this definition's work: fail closed. */
     PGresult *r = NULL;
     err = bf__exec(e, &r, "register definition",
                    "INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
-                   " description, owner_meta, revision)"
-                   " VALUES ($1, $2, $3::integer, $4::boolean, $5, $6, $7)"
+                   " description, owner_meta, revision, definition_digest)"
+                   " VALUES ($1, $2, $3::integer, $4::boolean, $5, $6, $7, $8)"
                    " ON CONFLICT (id) DO UPDATE SET batch_size = EXCLUDED.batch_size,"
                    " required = EXCLUDED.required, description = EXCLUDED.description,"
                    " owner_meta = EXCLUDED.owner_meta, revision = EXCLUDED.revision,"
+                   " definition_digest = coalesce(b.definition_digest, EXCLUDED.definition_digest),"
                    " updated_at = clock_timestamp()"
-                   " WHERE b.key_types = EXCLUDED.key_types"
+                   " WHERE b.key_types = EXCLUDED.key_types AND (b.definition_digest IS NULL"
+                   " OR b.definition_digest = EXCLUDED.definition_digest)"
                    " RETURNING b.id",
-                   7, params);
+                   8, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
     PQclear(r);
-    if (n == 0)
+    if (n == 1)
+        return BF_OK;
+    const char *kp[] = {def->id, c->key_types};
+    if ((err = bf__exec(e, &r, "read key types",
+                        "SELECT key_types = $2 FROM buzz_backfill.backfill WHERE id = $1", 2,
+                        kp)) != BF_OK)
+        return err;
+    bool same_keys = PQntuples(r) == 1 && bf__field_bool(r, 0, 0);
+    PQclear(r);
+    if (!same_keys)
         return bf__diag(e, BF_ERR_INCOMPATIBLE,
                         "backfill %s was stored with other key types than this definition's",
                         def->id);
-    return BF_OK;
+    return bf__diag(e, BF_ERR_INCOMPATIBLE,
+                    "backfill %s was registered by a materially different definition (table,"
+                    " key or SQL differ): a changed definition needs a new stable ID",
+                    def->id);
 }
 
 bf_err bf_register_all(bf_engine *e)

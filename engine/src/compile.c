@@ -21,6 +21,7 @@
  * as a narrow one). What statistics cannot fix (no index on the key, a leading column with a
  * handful of values) the preflight finds before the first batch (preflight.c).
  */
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -600,6 +601,41 @@ static char *compile_plan_update(const bf_definition *d)
     return bf__strbuf_take(&sb);
 }
 
+/* The definition's material content (what a change of needs a new stable ID: the table, the
+ * key's columns and types, the declarative fragments and whether the mutation or validation is
+ * a callback), each field with its length so that no two definitions serialize alike, as a
+ * BLAKE2b-256 digest in hex. Metadata (description, owner, revision), batch size, retry policy
+ * and required are not material: they may change under the same ID. */
+static void definition_digest(const bf_definition *d, char out[65])
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 32);
+    const char *fields[4 + 2 * BF_MAX_KEY_COLUMNS + 5];
+    int n = 0;
+    fields[n++] = "buzz-backfill definition 1";
+    fields[n++] = d->table;
+    for (int i = 0; i < d->nkey; i++) {
+        fields[n++] = d->key[i].name;
+        fields[n++] = bf_key_type_name(d->key[i].type);
+    }
+    fields[n++] = d->needs_repair;
+    fields[n++] = d->update_set;
+    fields[n++] = d->postcondition;
+    fields[n++] = d->prerequisite;
+    fields[n++] = d->mutate != NULL ? "mutate callback" : "declarative mutation";
+    fields[n++] = d->validate != NULL ? "validate callback" : "declarative validation";
+    for (int i = 0; i < n; i++) {
+        const char *f = fields[i] != NULL ? fields[i] : "";
+        char len[24];
+        bf__format(len, sizeof len, "%zu:", strlen(f));
+        crypto_generichash_update(&st, (const unsigned char *)len, strlen(len));
+        crypto_generichash_update(&st, (const unsigned char *)f, strlen(f));
+    }
+    unsigned char h[32];
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(out, 65, h, sizeof h);
+}
+
 void bf__compiled_fini(bf_compiled *c)
 {
     free(c->sql_first);
@@ -633,6 +669,9 @@ bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c)
         bf__format(c->key_types + off, sizeof c->key_types - off, "%s%s", i ? "," : "", name);
         off = strlen(c->key_types);
     }
+    if (sodium_init() < 0)
+        return BF_ERR_INTERNAL;
+    definition_digest(d, c->digest);
     c->sql_bound = compile_bound(d);
     c->sql_unique = compile_unique(d);
     c->sql_estimate = compile_estimate(d);

@@ -20,6 +20,7 @@
 typedef struct bf_compiled {
     const bf_definition *def;
     char key_types[96]; /* canonical key signature, "timestamptz,bytea" */
+    char digest[65];    /* what the definition materially is, hex (compile.c definition_digest) */
     char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
     char *sql_estimate; /* planner row estimate of the source table */
     char *sql_unique;   /* is the key unique and NOT NULL? (text verdict, NULL: no table) */

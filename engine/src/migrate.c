@@ -222,6 +222,15 @@ static const char m7_slow[] =
     "ALTER TABLE buzz_backfill.backfill ADD CONSTRAINT slow_since CHECK ("
     "  (slow_value IS NULL) = (slow_since IS NULL));";
 
+/* Version 8: what the backfill's definition materially is (compile.c, a BLAKE2b digest of the
+ * table, key, fragments and form), stored by the first registration. A process whose
+ * definition of the ID differs materially fails closed: its registration is refused, it never
+ * claims the row, and start and validation refuse it (the spec: a material change is a new
+ * stable ID). NULL on rows registered before version 8, until a registration stores it. */
+static const char m8_digest[] =
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN definition_digest text"
+    "  CONSTRAINT definition_digest_format CHECK (definition_digest ~ '^[0-9a-f]{64}$');";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
@@ -230,6 +239,7 @@ static const migration migrations[] = {
     {5, "no rename or truncate of what is permanent", m5_rename_truncate},
     {6, "throttling state", m6_throttle},
     {7, "slow batches", m7_slow},
+    {8, "definition digest", m8_digest},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

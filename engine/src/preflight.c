@@ -396,6 +396,32 @@ bf_err bf_preflight(bf_engine *e, const char *id, char *report, size_t cap)
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
+    /* a row registered by a materially different definition is not this definition's work
+     * (what registration, claims, start and validation refuse) */
+    const char *params[] = {id, c->key_types, c->digest};
+    PGresult *r = NULL;
+    if ((err = bf__exec(e, &r, "preflight: stored definition",
+                        "SELECT key_types = $2, definition_digest IS NULL OR definition_digest = $3"
+                        " FROM buzz_backfill.backfill WHERE id = $1",
+                        3, params)) != BF_OK) {
+        /* no engine schema yet: nothing is registered, nothing to compare */
+        if (strcmp(e->sqlstate, "42P01") != 0 && strcmp(e->sqlstate, "3F000") != 0)
+            return err;
+    } else {
+        bool rows = PQntuples(r) == 1;
+        bool same_keys = !rows || bf__field_bool(r, 0, 0);
+        bool same_def = !rows || bf__field_bool(r, 0, 1);
+        PQclear(r);
+        if (!same_keys || !same_def) {
+            err = bf__diag(e, BF_ERR_INCOMPATIBLE,
+                           "%s is registered with %s than this definition's: a changed"
+                           " definition needs a new stable ID",
+                           id, same_keys ? "a materially different definition" : "other key types");
+            if (report != NULL && cap > 0)
+                bf__copy(report, cap, e->diag);
+            return err;
+        }
+    }
     char bound[BF_KEY_TEXT_MAX];
     bool empty = true;
     return bf__preflight(e, c, bound, &empty, report, cap);

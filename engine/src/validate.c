@@ -295,6 +295,16 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
     return err;
 }
 
+/* stored: "key_types[/digest]" as validate_read reads it; the digest is absent on rows
+ * registered before schema version 8 */
+static bool validate_same_definition(const char *stored, const bf_compiled *c)
+{
+    size_t n = strlen(c->key_types);
+    if (strncmp(stored, c->key_types, n) != 0)
+        return false;
+    return stored[n] == '\0' || (stored[n] == '/' && strcmp(stored + n + 1, c->digest) == 0);
+}
+
 /* Raw bound, state and generation of a row, outside any transaction. */
 static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64_t *generation,
                             char *bound, bool *bound_empty, bool *reached, char *key_types,
@@ -303,7 +313,8 @@ static bf_err validate_read(bf_engine *e, const char *id, bf_state *state, int64
     const char *params[] = {id};
     PGresult *r = NULL;
     bf_err err = bf__exec(e, &r, "read backfill",
-                          "SELECT state, generation, bound::text, bound_empty, key_types,"
+                          "SELECT state, generation, bound::text, bound_empty,"
+                          " key_types || coalesce('/' || definition_digest, ''),"
                           " coalesce(bound_empty OR checkpoint = bound, false)"
                           " FROM buzz_backfill.backfill WHERE id = $1",
                           1, params);
@@ -343,7 +354,7 @@ static bf_err validate_run(validate_ctx *v, bool held)
     int64_t generation = 0;
     char bound[BF_KEY_TEXT_MAX];
     bool empty = false, reached = false;
-    char key_types[sizeof((bf_backfill *)NULL)->key_types] = "";
+    char key_types[sizeof((bf_backfill *)NULL)->key_types + 72] = "";
     const bf_compiled *c = bf__registry_compiled(e->reg, v->id, NULL);
     bf_err err = validate_read(e, v->id, &state, &generation, bound, &empty, &reached, key_types,
                                sizeof key_types);
@@ -361,14 +372,15 @@ static bf_err validate_run(validate_ctx *v, bool held)
         err = validate_current_state(v, "pending: validation does not run before start");
     } else if (c == NULL) {
         err = validate_current_state(v, "this process has no definition for the backfill");
-    } else if (strcmp(key_types, c->key_types) != 0) {
+    } else if (!validate_same_definition(key_types, c)) {
         /* fail closed: this definition would read the bound and checkpoint as other types */
         out->err = BF_ERR_INCOMPATIBLE;
         bf__copy(out->detail, sizeof out->detail,
-                 "rejected: stored key types differ from the definition's");
+                 "rejected: stored key types or definition differ from this process's");
         err = validate_record(v, false, -1);
         if (err == BF_OK)
-            err = bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
+            err = bf__diag(e, BF_ERR_INCOMPATIBLE,
+                           "stored key types or definition differ from this process's");
         out->err = err;
     } else if (!held && (err = bf__validation_lock(e, v->id, &held)) != BF_OK) {
         out->err = err;
@@ -478,7 +490,7 @@ bf_err bf_validate(bf_engine *e, const char *id, const bf_actor *who, bf_action_
             memset(out, 0, sizeof *out);
             bf_state st = 0;
             int64_t gen = 0;
-            char bound[BF_KEY_TEXT_MAX], key_types[sizeof out->row.key_types];
+            char bound[BF_KEY_TEXT_MAX], key_types[sizeof out->row.key_types + 72];
             bool empty, reached;
             if (validate_read(e, id, &st, &gen, bound, &empty, &reached, key_types,
                               sizeof key_types) == BF_OK) {

@@ -203,7 +203,7 @@ static const char claim_sql[] =
     "WITH p AS (SELECT id, claim_owner AS prev_owner, state AS prev_state,"
     "  claim_owner IS NOT NULL AND attempts + 1 >= $5::integer AS exhausted"
     "  FROM buzz_backfill.backfill WHERE id = $1 AND state IN ('running', 'validating')"
-    "  AND key_types = $4"
+    "  AND key_types = $4 AND (definition_digest IS NULL OR definition_digest = $7)"
     "  AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
     "  AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
     "  FOR UPDATE SKIP LOCKED),"
@@ -255,11 +255,12 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     char lease[16], max[16];
     worker_param_int(lease, sizeof lease, e->lease_ms);
     worker_param_int(max, sizeof max, worker_max_attempts(c));
-    const char *params[] = {id,    e->owner,
-                            lease, c->key_types,
-                            max,   "the previous claim expired before its work committed"};
+    const char *params[] = {id,       e->owner,
+                            lease,    c->key_types,
+                            max,      "the previous claim expired before its work committed",
+                            c->digest};
     PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "claim", claim_sql, 6, params);
+    bf_err err = bf__exec(e, &r, "claim", claim_sql, 7, params);
     if (err == BF_OK && PQntuples(r) == 0)
         err = bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
     if (err == BF_OK && bf__field_bool(r, 0, 7)) {

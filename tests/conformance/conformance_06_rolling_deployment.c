@@ -44,6 +44,17 @@
 
 /* Barrier keys: each scenario has its own, so that a failed one cannot stall the next. */
 enum { KEY_CONC_GO = 600, KEY_AB = 610, KEY_BA = 620 };
+
+#define ID_AB   "roll.fix_ab_v1"
+#define ID_BA   "roll.fix_ba_v1"
+#define ID_CONC "roll.concurrent_v1"
+
+/* The scenario's barrier keys by its ID: every process of a scenario, whatever it does, runs
+ * one and the same definition (a materially different one under the same ID is refused). */
+static int scenario_keys(const char *id)
+{
+    return strcmp(id, ID_AB) == 0 ? KEY_AB : strcmp(id, ID_BA) == 0 ? KEY_BA : KEY_CONC_GO;
+}
 enum { KEY_GO = 0, KEY_BATCH = 1, KEY_AFTER = 2, KEY_LOSER = 3 }; /* offsets from a base key */
 
 /* ---- child processes: each one is a deployment ----------------------------------------- */
@@ -90,7 +101,7 @@ static void child_definition(bf_definition *d, child_spec *s)
     snprintf(s->update_set, sizeof s->update_set,
              "fixed = CASE WHEN public.bt_barrier(%d) THEN t.val * 2 END,"
              " counter = t.counter + 1",
-             s->key_base + KEY_BATCH);
+             scenario_keys(s->id) + KEY_BATCH);
     memset(d, 0, sizeof *d);
     d->id = s->mode == CHILD_FOREIGN ? "roll.unrelated_v1" : s->id;
     d->description = "rolling deployment";
@@ -241,10 +252,9 @@ static int run_child(child_mode mode, const char *id, const char *table, const c
 
 /* ---- the parent: an operator process that never registers ------------------------------ */
 
-#define ID_AB   "roll.fix_ab_v1"
-#define ID_BA   "roll.fix_ba_v1"
-#define ID_CONC "roll.concurrent_v1"
-
+/* The operator's process runs the same definitions as both deployments (the child's
+ * update_set with the scenario's KEY_BATCH barrier, 610 + 1 and 620 + 1): a materially
+ * different definition under the same ID is refused (definition digest, schema version 8). */
 static const bf_definition op_ab = {.id = ID_AB,
                                     .revision = "operator",
                                     .table = "roll_ab",
@@ -253,7 +263,8 @@ static const bf_definition op_ab = {.id = ID_AB,
                                     .batch_size = 10,
                                     .required = true,
                                     .needs_repair = "t.fixed IS NULL",
-                                    .update_set = "fixed = t.val * 2, counter = t.counter + 1"};
+                                    .update_set = "fixed = CASE WHEN public.bt_barrier(611) THEN"
+                                                  " t.val * 2 END, counter = t.counter + 1"};
 static const bf_definition op_ba = {.id = ID_BA,
                                     .revision = "operator",
                                     .table = "roll_ba",
@@ -262,7 +273,8 @@ static const bf_definition op_ba = {.id = ID_BA,
                                     .batch_size = 10,
                                     .required = true,
                                     .needs_repair = "t.fixed IS NULL",
-                                    .update_set = "fixed = t.val * 2, counter = t.counter + 1"};
+                                    .update_set = "fixed = CASE WHEN public.bt_barrier(621) THEN"
+                                                  " t.val * 2 END, counter = t.counter + 1"};
 static const bf_definition *const op_defs[] = {&op_ab, &op_ba};
 
 static bf_registry *op_registry;

@@ -370,6 +370,11 @@ static const guard_case guards[] = {
                .legal = SET_ROW("slow_value = 'batch 1 s, median 1 ms',"
                                 " slow_since = clock_timestamp()",
                                 ID_RUNNING)),
+    /* definition_digest (schema version 8): 64 lower-case hex digits */
+    CHECK_CASE("backfill", "definition_digest_format",
+               .refused = {SET_ROW("definition_digest = repeat('a', 63)", ID_RUNNING),
+                           SET_ROW("definition_digest = repeat('A', 64)", ID_RUNNING)},
+               .legal = SET_ROW("definition_digest = repeat('a', 64)", ID_RUNNING)),
 
     /* ---- audit: appended rows, text bounded ---- */
     /* audit_backfill_id_check: at most 80 bytes (the row's own backfill_id, not ID_RUNNING) */

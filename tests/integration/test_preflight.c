@@ -16,6 +16,9 @@
  *   - a misspelled column in update_set is refused before the first batch (the mutation does
  *     not plan: undefined column, 42703), typed and without the query's text.
  *
+ *   - a definition changed in place under the same stable ID (another update_set) fails closed
+ *     in another process: registration refused as incompatible, the row never claimed, start
+ *     and validation refused, the preflight reports it; a metadata-only change registers;
  *   - buzz-backfilld preflight over the demo module: a line per definition, exit 0; a key
  *     that is no longer unique makes its line FAIL and the exit 1; an ID no module defines
  *     exits 2.
@@ -211,6 +214,54 @@ static void test_update_set_that_does_not_plan(void **state)
     bf_engine_close(e);
 }
 
+static void test_changed_definition_under_the_same_id(void **state)
+{
+    (void)state;
+    bt_exec(conn, "CREATE TABLE pf_changed (id bigint PRIMARY KEY, val integer, fixed integer);"
+                  "INSERT INTO pf_changed (id, val) SELECT g, g FROM generate_series(1, 50) g");
+    bf_definition v1 = def("pf.changed_v1", "public.pf_changed", "id", BF_KEY_BIGINT, NULL, 0,
+                           "fixed = t.val * 2");
+    bf_definition v1_edited = v1;
+    v1_edited.update_set = "fixed = t.val * 3"; /* material: a new stable ID was due */
+    bf_definition v1_described = v1;
+    v1_described.description = "the same repair, better described";
+    const bf_definition *d1[] = {&v1}, *d2[] = {&v1_edited}, *d3[] = {&v1_described};
+    bf_registry *r1 = bt_registry(d1, 1), *r2 = bt_registry(d2, 1), *r3 = bt_registry(d3, 1);
+    bf_engine *e1 = bt_engine(r1, "pf-old", 0);
+    assert_int_equal(bf_register_all(e1), BF_OK);
+    assert_int_equal(bt_act(e1, BF_ACTION_START, v1.id), BF_OK);
+    bf_backfill before = bt_get(e1, v1.id);
+
+    bf_engine *e2 = bt_engine(r2, "pf-new", 0);
+    assert_int_equal(bf_register_all(e2), BF_ERR_INCOMPATIBLE);
+    assert_non_null(strstr(bf_engine_diag(e2), "materially different definition"));
+    char report[BF_DIAG_MAX];
+    assert_int_equal(bf_preflight(e2, v1.id, report, sizeof report), BF_ERR_INCOMPATIBLE);
+    assert_non_null(strstr(report, "needs a new stable ID"));
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, e2, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, v1.id, NULL), BF_ERR_NO_WORK);
+    bf_worker_free(w);
+    bf_actor who = {.actor = "test-operator", .authority = "test", .request_id = "pf-val-1"};
+    bf_action_result res;
+    assert_int_equal(bf_validate(e2, v1.id, &who, &res), BF_ERR_INCOMPATIBLE);
+    bf_backfill after = bt_get(e1, v1.id);
+    assert_int_equal(after.generation, before.generation);
+    assert_int_equal(after.state, BF_STATE_RUNNING);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM pf_changed WHERE fixed IS NOT NULL"), 0);
+
+    /* metadata is not material: it registers, and its description wins */
+    bf_engine *e3 = bt_engine(r3, "pf-described", 0);
+    assert_int_equal(bf_register_all(e3), BF_OK);
+    assert_string_equal(bt_get(e3, v1.id).description, "the same repair, better described");
+    bf_engine_close(e3);
+    bf_engine_close(e2);
+    bf_engine_close(e1);
+    bf_registry_free(r3);
+    bf_registry_free(r2);
+    bf_registry_free(r1);
+}
+
 /* buzz-backfilld preflight [ID]... on the test database: its output and exit status */
 static int preflight_command(const char *ids, char *out, size_t cap)
 {
@@ -263,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_index_in_key_order),
         cmocka_unit_test(test_plans_that_scan_the_table),
         cmocka_unit_test(test_update_set_that_does_not_plan),
+        cmocka_unit_test(test_changed_definition_under_the_same_id),
         cmocka_unit_test(test_preflight_command),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

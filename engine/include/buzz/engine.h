@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 7   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 8   /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -102,7 +102,8 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(CONFIG_RELOAD, "config.reload")           /* SIGHUP: throttle settings reloaded */           \
     X(CONFIG_RELOAD_FAILED, "config.reload_failed") /* refused: the previous settings stay */      \
     X(SLOW_START, "slow.start") /* a step far slower than the recent median: reason says how */    \
-    X(SLOW_END, "slow.end")     /* steps at the median's pace again; duration_us: how long */
+    X(SLOW_END, "slow.end")     /* steps at the median's pace again; duration_us: how long */      \
+    X(LISTENER_RESTARTED, "listener.restarted") /* a wedged listener was listened on again */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -306,7 +307,9 @@ bf_err bf_register_all(bf_engine *engine);
  * the key's columns in order; and PostgreSQL plans the batch statements (the keyset, and for a
  * declarative definition its mutation and validation chunk) with real keys, at the first key
  * and at the leading column's median, as scans of that index rather than of the table. A small
- * table (BF_PREFLIGHT_SMALL_ROWS) passes the last two with a note. Nothing is written and no
+ * table (BF_PREFLIGHT_SMALL_ROWS) passes the last two with a note. A row already registered
+ * under id by a materially different definition (another table, key or SQL) is
+ * BF_ERR_INCOMPATIBLE: a changed definition needs a new stable ID. Nothing is written and no
  * statement is executed (EXPLAIN without ANALYZE); Start runs the same checks with the bound it
  * captures and refuses to start on any failure. BF_OK with a one-line summary of the index and
  * plans in report; else BF_ERR_DEFINITION (the definition does not fit the table: a missing
