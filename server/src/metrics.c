@@ -79,6 +79,7 @@ struct srv_metrics {
     atomic_ullong validations_passed, validations_failed;
     atomic_ullong actions_applied, actions_rejected;
     atomic_ullong db_lost, db_restored;
+    atomic_ullong listener_restarts;
     metrics_reasons rolled_back, retries;
     metrics_hist step_duration, batch_duration, validation_duration;
 
@@ -319,6 +320,9 @@ void srv_metrics_event(void *arg, const bf_log_record *rec)
         break;
     case BF_EV_DB_CONNECTION_RESTORED:
         metrics_add(&m->db_restored, 1);
+        break;
+    case BF_EV_LISTENER_RESTARTED:
+        metrics_add(&m->listener_restarts, 1);
         break;
     case BF_EV_THROTTLE_START: {
         int i = metrics_throttle_index(rec->reason);
@@ -622,6 +626,10 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
                    metrics_get(&m->db_lost));
     metrics_printf(b, "buzz_backfill_database_connection_events_total{event=\"restored\"} %llu\n",
                    metrics_get(&m->db_restored));
+    metrics_counter(b, "listener_restarts_total",
+                    "Listeners closed and listened on again because they stopped taking "
+                    "connections (nng 1.5.2's wedge; transport_probe.c).",
+                    &m->listener_restarts);
     metrics_head(b, "throttles_total", "counter",
                  "Times a worker of this process began waiting on a health signal or a "
                  "rows-per-second ceiling, by signal.");

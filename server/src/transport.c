@@ -279,6 +279,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
         return BF_ERR_NOMEM;
     t->d = d;
     t->ctx = ctx;
+    t->ipc_mode = ipc_mode;
     t->threads = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
     t->send_timeout_ms =
         cfg->send_timeout_ms ? cfg->send_timeout_ms : SRV_TRANSPORT_SEND_TIMEOUT_MS;
@@ -331,6 +332,47 @@ static bf_err transport_ipc_path_check(const transport_listener *tl, char *diag,
         return BF_OK;
     return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                        "cannot listen on %s: the path exists and is not a socket", tl->url);
+}
+
+bf_err transport_listener_restart(srv_transport *t, size_t i, char *diag, size_t diag_len)
+{
+    transport_listener *tl = &t->listeners[i];
+    transport_group *g = transport_group_of(t, tl->kind);
+    bool ipc = strcmp(tl->kind, "ipc") == 0;
+    /* a tcp port 0 was chosen at the first bind: keep it */
+    char url[sizeof tl->url + 8];
+    int port = 0;
+    size_t len = strlen(tl->url);
+    if (!ipc && len > 2 && strcmp(tl->url + len - 2, ":0") == 0 &&
+        nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+        snprintf(url, sizeof url, "%.*s:%d", (int)(len - 2), tl->url, port);
+    else
+        snprintf(url, sizeof url, "%s", tl->url);
+    nng_listener_close(tl->listener); /* and its connections: their clients retry */
+    tl->started = false;
+    if (ipc) {
+        bf_err err = transport_ipc_path_check(tl, diag, diag_len);
+        if (err != BF_OK)
+            return err;
+    }
+    nng_listener l;
+    int rv = nng_listener_create(&l, g->sock, url);
+    if (rv == 0 && ipc)
+        rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, t->ipc_mode);
+    else if (rv == 0 && strcmp(tl->kind, "tls") == 0)
+        rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, t->tls);
+    if (rv == 0) {
+        /* known before it can accept: its first connections are recognized as ours */
+        atomic_store(&tl->id, (uint32_t)nng_listener_id(l));
+        rv = nng_listener_start(l, 0);
+        if (rv != 0)
+            nng_listener_close(l);
+    }
+    if (rv != 0)
+        return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "%s", nng_strerror(rv));
+    tl->listener = l;
+    tl->started = true;
+    return BF_OK;
 }
 
 /* The pool of a socket: a slot per thread to receive on, and for the replies that may wait
@@ -399,6 +441,7 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
                                tl->url, nng_strerror(rv));
         tl->started = true;
+        atomic_store(&tl->id, (uint32_t)nng_listener_id(tl->listener));
         int port = 0;
         if (strcmp(tl->kind, "ipc") != 0 &&
             nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
@@ -413,6 +456,7 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
         if (err != BF_OK)
             return err;
     }
+    transport_probes_start(t);
     if (srv_canary_new(&t->canary) != BF_OK)
         transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
     if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
@@ -440,6 +484,7 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
 /* Closes sockets on its own thread, so stop can stop waiting for it. Freed by stop when the
  * close finished in time, else by this thread when (if ever) it does. */
 typedef struct transport_closer {
+    srv_transport *t; /* its probe sockets (kept when abandoned) */
     nng_socket socks[TRANSPORT_GROUPS];
     int n;
     srv_canary *canary; /* closing its sockets needs the reaper too */
@@ -458,6 +503,7 @@ static void transport_closer_free(transport_closer *c)
 static void *transport_closer_main(void *arg)
 {
     transport_closer *c = arg;
+    transport_probes_close(c->t);
     for (int i = 0; i < c->n; i++)
         nng_close(c->socks[i]); /* closes the listeners and their connections */
     srv_canary_free(c->canary);
@@ -485,6 +531,7 @@ static bool transport_close_sockets(srv_transport *t)
     }
     c->canary = t->canary;
     t->canary = NULL;
+    c->t = t;
     pthread_mutex_init(&c->mtx, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -493,6 +540,7 @@ static bool transport_close_sockets(srv_transport *t)
     pthread_condattr_destroy(&attr);
     pthread_t thread;
     if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
+        transport_probes_close(t);
         for (int i = 0; i < c->n; i++)
             nng_close(c->socks[i]);
         srv_canary_free(c->canary);

@@ -83,12 +83,11 @@ void transport_note_event(srv_transport *t, transport_note_kind kind, const char
 
 /* ---- connections --------------------------------------------------------------------------- */
 
-static const transport_listener *transport_listener_of(const srv_transport *t, nng_pipe pipe,
-                                                       size_t *index)
+static transport_listener *transport_listener_of(srv_transport *t, nng_pipe pipe, size_t *index)
 {
     int id = nng_listener_id(nng_pipe_listener(pipe));
     for (size_t i = 0; id > 0 && i < t->n_listeners; i++) {
-        if (nng_listener_id(t->listeners[i].listener) == id) {
+        if (atomic_load(&t->listeners[i].id) == (uint32_t)id) {
             *index = i;
             return &t->listeners[i];
         }
@@ -147,11 +146,12 @@ void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
     if (ev != NNG_PIPE_EV_ADD_PRE)
         return;
     size_t index = 0;
-    const transport_listener *tl = transport_listener_of(t, pipe, &index);
+    transport_listener *tl = transport_listener_of(t, pipe, &index);
     if (tl == NULL) { /* not one of ours (we never dial): refuse */
         nng_pipe_close(pipe);
         return;
     }
+    atomic_fetch_add(&tl->accepted, 1); /* the listener takes connections: its probe's proof */
     srv_conn_peer key;
     char who[96], text[64];
     transport_peer_key(tl->kind, pipe, &key, text, sizeof text);
@@ -169,7 +169,7 @@ void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 }
 
 /* Which listener a request came through, the ipc peer uid and the tcp/tls peer address. */
-static void transport_peer(const srv_transport *t, nng_msg *msg, srv_peer *peer)
+static void transport_peer(srv_transport *t, nng_msg *msg, srv_peer *peer)
 {
     memset(peer, 0, sizeof *peer);
     peer->listener = "unknown";
@@ -369,6 +369,7 @@ void *transport_sweeper_main(void *arg)
             pthread_mutex_lock(&t->mtx);
             break; /* reported once; nothing else here can work any more */
         }
+        transport_probes_poll(t);
         uint32_t ids[64];
         size_t n = srv_conns_take_quiet(t->conns, transport_now_ms(), SRV_TRANSPORT_QUIET_MS, ids,
                                         sizeof ids / sizeof ids[0]);
