@@ -498,13 +498,28 @@ cmd_standby_start()
     is_running || die "not running (use: $0 start)"
     local primary sport SDATA="$STATE/standby"
     primary="$(current_port)" || die "cannot determine the port"
+    local streaming
+    streaming="$("$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
+        "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'buzz_standby'" \
+        2>/dev/null || echo 0)"
     if side_running "$SDATA"; then
-        side_url "$SDATA"
-        return 0
+        if [[ "$streaming" != 0 ]]; then
+            side_url "$SDATA"
+            return 0
+        fi
+        # running but no longer streaming (its WAL was removed under heavy writes, or the
+        # primary restarted under it): a fresh one
+        side_stop "$SDATA"
     fi
     as_owner rm -rf "$SDATA"
+    # a replication slot keeps the WAL the standby still needs (without it a busy primary
+    # removed segments before the standby caught up); standby-stop drops it
+    "$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
+        "SELECT pg_drop_replication_slot('buzz_standby') FROM pg_replication_slots
+         WHERE slot_name = 'buzz_standby' AND NOT active" >/dev/null
     as_owner "$BINDIR/pg_basebackup" -D "$SDATA" -h 127.0.0.1 -p "$primary" -U postgres -R \
-        -X stream -c fast >"$STATE/basebackup.log" 2>&1 || {
+        -C -S buzz_standby -X stream -c fast -d "application_name=buzz_standby" \
+        >"$STATE/basebackup.log" 2>&1 || {
         cat "$STATE/basebackup.log" >&2
         die "pg_basebackup failed"
     }
@@ -517,6 +532,12 @@ cmd_standby_start()
 cmd_standby_stop()
 {
     cmd_side_stop standby standby
+    local primary
+    if is_running && primary="$(current_port)"; then
+        "$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
+            "SELECT pg_drop_replication_slot('buzz_standby') FROM pg_replication_slots
+             WHERE slot_name = 'buzz_standby' AND NOT active" >/dev/null || true
+    fi
 }
 
 # ---- the aged cluster (old transaction IDs) ----------------------------------------------------
