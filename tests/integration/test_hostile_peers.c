@@ -186,6 +186,25 @@ static int proper_whoami(const char *url, const char *token, int budget_ms, int6
     return code;
 }
 
+/* proper_whoami(), but a refused connection (a listener being restarted: its socket is gone
+ * for a moment) answers -1 instead of failing the test */
+static int try_whoami(const char *url, int budget_ms, int64_t *took_ms)
+{
+    int64_t t0 = now_ms();
+    bfc_client *c = NULL;
+    char diag[160] = "";
+    bfc_options opts = {.timeout_ms = budget_ms, .retries = -1};
+    if (bfc_open(&c, url, &opts, diag, sizeof diag) != BF_OK) {
+        *took_ms = now_ms() - t0;
+        return -1;
+    }
+    Buzz__Backfill__V1__WhoAmIRequest req = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+    int code = bd_call(c, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &req.base, NULL);
+    bfc_close(c);
+    *took_ms = now_ms() - t0;
+    return code;
+}
+
 static void expect_served(const char *what, const char *url, const char *token)
 {
     int64_t took = 0;
@@ -458,7 +477,7 @@ static void test_ipc_served_while_tcp_is_busy(void **state)
     int code = BD_SC(OK);
     int rounds = 0;
     while (code == BD_SC(OK) && now_ms() - t0 < 900) {
-        code = proper_whoami(daemon_.ipc_url, NULL, 500, &took);
+        code = try_whoami(daemon_.ipc_url, 500, &took);
         rounds++;
     }
     for (int i = 0; i < CALLS; i++)
@@ -563,7 +582,7 @@ static void test_ipc_listener_wedge_is_repaired(void **state)
     while (aborts < 40 && !wedged) {
         ipc_abort(daemon_.ipc_url);
         aborts++;
-        wedged = proper_whoami(daemon_.ipc_url, NULL, 700, &took) != BD_SC(OK);
+        wedged = try_whoami(daemon_.ipc_url, 700, &took) != BD_SC(OK);
     }
     if (!wedged) {
         print_message("nng's ipc listener did not wedge after %d aborted connections (a fixed "
