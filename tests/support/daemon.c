@@ -376,11 +376,16 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
     assert_non_null(f);
     fprintf(f, "# written by tests/support/daemon.c\n");
     bd_conf_quoted(f, "database_url", o->conninfo ? o->conninfo : bt_db_conninfo());
-    char listen[256];
+    char listen[320];
     if (o->tcp)
         snprintf(listen, sizeof listen, "%s, %s", d->ipc_url, d->tcp_url);
     else
         snprintf(listen, sizeof listen, "%s", d->ipc_url);
+    if (d->tls_url[0] != '\0') {
+        size_t n = strlen(listen);
+        snprintf(listen + n, sizeof listen - n, ", %s", d->tls_url);
+        bd_conf_quoted(f, "tls_cert_key_file", o->tls_cert_key_file);
+    }
     bd_conf_quoted(f, "listen", listen);
     if (o->definitions != NULL)
         bd_conf_quoted(f, "modules", BUZZ_TEST_MODULE_PATH);
@@ -438,6 +443,8 @@ void bd_launch(bd_daemon *d, const bd_options *o)
     snprintf(d->ipc_url, sizeof d->ipc_url, "ipc://%s/d%d.sock", bd.dir, d->seq);
     if (o->tcp)
         snprintf(d->tcp_url, sizeof d->tcp_url, "tcp://127.0.0.1:%d", bd_free_port());
+    if (o->tls_cert_key_file != NULL)
+        snprintf(d->tls_url, sizeof d->tls_url, "tls+tcp://127.0.0.1:%d", bd_free_port());
     snprintf(d->config, sizeof d->config, "%s/d%d.conf", bd.dir, d->seq);
     snprintf(d->log, sizeof d->log, "%s/d%d.log", bd.dir, d->seq);
     bd_write_config(d, o);

@@ -82,6 +82,7 @@ typedef struct bd_options {
     int request_retention_s;  /* 0: default */
     const char *log_level;
     const char *extra; /* configuration lines appended to the file (later keys win); NULL */
+    const char *tls_cert_key_file; /* also listen on tls+tcp://127.0.0.1:<free port> with it */
 } bd_options;
 
 /* The defaults: manual mode, auto_migrate off, ipc boundary on, tcp on, 2 workers, 4 threads,
@@ -93,6 +94,7 @@ typedef struct bd_daemon {
     int seq;
     char ipc_url[160];
     char tcp_url[64]; /* "" without a tcp listener */
+    char tls_url[64]; /* "" without a tls+tcp listener */
     char config[160];
     char log[160];
 } bd_daemon;
