@@ -108,6 +108,24 @@ static void add_text_array(bf_strbuf *sb, const bf_definition *d, const char *p)
     bf__strbuf_add(sb, "]");
 }
 
+/* The first key in key order (last: the greatest) of the rows "alias" of from, as a text[]
+ * literal: SELECT ARRAY[alias.keys::text]::text FROM <from> alias[<where>] ORDER BY alias.keys
+ * [DESC] LIMIT 1. from is a table (quoted by add_table) when table is set, else SQL as given. */
+static void add_key_select(bf_strbuf *sb, const bf_definition *d, const char *table,
+                           const char *from, const char *alias, const char *where, bool last)
+{
+    bf__strbuf_add(sb, "SELECT ");
+    add_text_array(sb, d, alias);
+    bf__strbuf_add(sb, "::text FROM ");
+    if (table != NULL)
+        add_table(sb, table);
+    else
+        bf__strbuf_add(sb, from);
+    bf__strbuf_addf(sb, " %s%s ORDER BY ", alias, where);
+    add_cols(sb, d, alias, last ? " DESC" : "");
+    bf__strbuf_add(sb, " LIMIT 1");
+}
+
 /* t.<key> > after AND t.<key> <= bound  (after omitted when not set). A compound key's range
  * also bounds its leading column alone (t.a >= after.a AND t.a <= bound.a): redundant, but
  * PostgreSQL estimates a row comparison from its first column and two of them independently
@@ -441,11 +459,9 @@ static char *compile_vchunk(const bf_definition *d, bool has_after)
     add_range(&sb, d, has_after ? KEY_PARAM(3) : KEY_NONE, KEY_PARAM(1));
     bf__strbuf_add(&sb, " ORDER BY ");
     add_cols(&sb, d, "t", "");
-    bf__strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (SELECT ");
-    add_text_array(&sb, d, "c");
-    bf__strbuf_add(&sb, "::text FROM bf_chunk c ORDER BY ");
-    add_cols(&sb, d, "c", " DESC");
-    bf__strbuf_add(&sb, " LIMIT 1) FROM bf_chunk");
+    bf__strbuf_add(&sb, " LIMIT $2) SELECT count(*), count(*) FILTER (WHERE bf_bad), (");
+    add_key_select(&sb, d, NULL, "bf_chunk", "c", "", true);
+    bf__strbuf_add(&sb, ") FROM bf_chunk");
     return bf__strbuf_take(&sb);
 }
 
@@ -455,11 +471,9 @@ static char *compile_batch_last(const bf_definition *d)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
-    bf__strbuf_add(&sb, "SELECT (SELECT ");
-    add_text_array(&sb, d, "b");
-    bf__strbuf_add(&sb, "::text FROM bf_batch b ORDER BY ");
-    add_cols(&sb, d, "b", " DESC");
-    bf__strbuf_add(&sb, " LIMIT 1)");
+    bf__strbuf_add(&sb, "SELECT (");
+    add_key_select(&sb, d, NULL, "bf_batch", "b", "", true);
+    bf__strbuf_add(&sb, ")");
     return bf__strbuf_take(&sb);
 }
 
@@ -508,13 +522,7 @@ static char *compile_bound(const bf_definition *d)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
-    bf__strbuf_add(&sb, "SELECT ");
-    add_text_array(&sb, d, "t");
-    bf__strbuf_add(&sb, "::text FROM ");
-    add_table(&sb, d->table);
-    bf__strbuf_add(&sb, " t ORDER BY ");
-    add_cols(&sb, d, "t", " DESC");
-    bf__strbuf_add(&sb, " LIMIT 1");
+    add_key_select(&sb, d, d->table, NULL, "t", "", true);
     return bf__strbuf_take(&sb);
 }
 
@@ -536,13 +544,7 @@ static char *compile_key_at(const bf_definition *d, const char *where)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
-    bf__strbuf_add(&sb, "SELECT ");
-    add_text_array(&sb, d, "t");
-    bf__strbuf_add(&sb, "::text FROM ");
-    add_table(&sb, d->table);
-    bf__strbuf_addf(&sb, " t%s ORDER BY ", where);
-    add_cols(&sb, d, "t", "");
-    bf__strbuf_add(&sb, " LIMIT 1");
+    add_key_select(&sb, d, d->table, NULL, "t", where, false);
     return bf__strbuf_take(&sb);
 }
 
@@ -578,13 +580,18 @@ static char *compile_batch_end(const bf_definition *d)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
-    bf__strbuf_add(&sb, "SELECT ");
-    add_text_array(&sb, d, "k");
-    bf__strbuf_add(&sb, "::text FROM (");
-    add_keyset(&sb, d, KEY_PARAM(3), KEY_PARAM(1), "$2");
-    bf__strbuf_add(&sb, ") k ORDER BY ");
-    add_cols(&sb, d, "k", " DESC");
-    bf__strbuf_add(&sb, " LIMIT 1");
+    bf_strbuf keyset;
+    bf__strbuf_init(&keyset);
+    bf__strbuf_add(&keyset, "(");
+    add_keyset(&keyset, d, KEY_PARAM(3), KEY_PARAM(1), "$2");
+    bf__strbuf_add(&keyset, ")");
+    char *from = bf__strbuf_take(&keyset);
+    if (from == NULL) {
+        bf__strbuf_fini(&sb);
+        return NULL;
+    }
+    add_key_select(&sb, d, NULL, from, "k", "", true);
+    free(from);
     return bf__strbuf_take(&sb);
 }
 
