@@ -19,7 +19,6 @@
  * message, with the secret, reaches the log), engine_error_objects' reading of the function from
  * a PL/pgSQL context and of the column from a 42703 message.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,28 +31,6 @@
 #include "bt.h"
 
 #define SECRET "rowsecret-7f3a9c"
-
-static pthread_mutex_t log_mtx = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 18];
-static size_t log_len;
-
-static void capture_log(void *arg, const bf_log_record *rec)
-{
-    (void)arg;
-    pthread_mutex_lock(&log_mtx);
-    int n = snprintf(log_buf + log_len, sizeof log_buf - log_len, "%s\n", rec->msg);
-    if (n > 0 && log_len + (size_t)n < sizeof log_buf)
-        log_len += (size_t)n;
-    pthread_mutex_unlock(&log_mtx);
-}
-
-static bool log_has(const char *needle)
-{
-    pthread_mutex_lock(&log_mtx);
-    bool has = strstr(log_buf, needle) != NULL;
-    pthread_mutex_unlock(&log_mtx);
-    return has;
-}
 
 typedef struct family {
     const char *id, *table, *ddl, *update_set;
@@ -134,15 +111,7 @@ static void test_each_family_names_its_cause(void **state)
         dp[i] = &defs[i];
     }
     bf_registry *reg = bt_registry(dp, NFAM);
-    bf_config cfg = {.conninfo = bt_db_conninfo(),
-                     .owner = "error-names",
-                     .statement_timeout_ms = 20000,
-                     .lock_timeout_ms = 20000,
-                     .step_batches = 1,
-                     .log = capture_log};
-    bf_engine *e = NULL;
-    assert_int_equal(bf_engine_open(&e, &cfg, reg), BF_OK);
-    assert_int_equal(bf_migrate(e), BF_OK);
+    bf_engine *e = bt_capture_engine(reg, "error-names", 0);
     assert_int_equal(bf_register_all(e), BF_OK);
 
     for (size_t i = 0; i < NFAM; i++) {
@@ -171,16 +140,17 @@ static void test_each_family_names_its_cause(void **state)
         assert_int_equal(bt_int(c, "SELECT count(*) FROM %s WHERE fixed IS NOT NULL", f->table), 0);
     }
     /* the log: every condition with its objects, and no secret, message or query */
-    pthread_mutex_lock(&log_mtx);
+    char *log = bt_log_text();
     static const family none = {0};
-    assert_named_and_clean("log", log_buf, &none);
-    pthread_mutex_unlock(&log_mtx);
-    assert_true(log_has("sqlstate=23514 (check_violation)"));
-    assert_true(log_has("constraint=en_check_small"));
-    assert_true(log_has("sqlstate=P0001 (raise_exception): raised by a trigger or function"));
-    assert_true(log_has("function=en_refuse"));
-    assert_true(log_has("sqlstate=42703 (undefined_column)"));
-    assert_true(log_has("column=t.extra"));
+    assert_named_and_clean("log", log, &none);
+    free(log);
+    assert_true(bt_log_count("sqlstate=23514 (check_violation)") > 0);
+    assert_true(bt_log_count("constraint=en_check_small") > 0);
+    assert_true(bt_log_count("sqlstate=P0001 (raise_exception): raised by a trigger or function") >
+                0);
+    assert_true(bt_log_count("function=en_refuse") > 0);
+    assert_true(bt_log_count("sqlstate=42703 (undefined_column)") > 0);
+    assert_true(bt_log_count("column=t.extra") > 0);
 
     bf_engine_close(e);
     PQfinish(c);

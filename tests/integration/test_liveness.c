@@ -55,62 +55,6 @@
 #define MARKER     "ROWDATA-MARKER-7731"
 #define VLOCK      "1111883777" /* VALIDATION_LOCK_CLASS of validate.c */
 
-/* ---- log capture ------------------------------------------------------------------------ */
-
-static pthread_mutex_t log_mtx = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 20];
-static size_t log_len;
-
-static void capture_log(void *arg, const bf_log_record *rec)
-{
-    bf_log_level level = rec->level;
-    const char *msg = rec->msg;
-    (void)arg;
-    if (level < BF_LOG_INFO)
-        return;
-    pthread_mutex_lock(&log_mtx);
-    int n = snprintf(log_buf + log_len, sizeof log_buf - log_len, "%s\n", msg);
-    if (n > 0 && log_len + (size_t)n < sizeof log_buf)
-        log_len += (size_t)n;
-    pthread_mutex_unlock(&log_mtx);
-    if (getenv("BT_VERBOSE") != NULL)
-        fprintf(stderr, "[captured] %s\n", msg);
-}
-
-static void log_reset(void)
-{
-    pthread_mutex_lock(&log_mtx);
-    log_len = 0;
-    log_buf[0] = '\0';
-    pthread_mutex_unlock(&log_mtx);
-}
-
-static int log_count(const char *needle)
-{
-    int n = 0;
-    pthread_mutex_lock(&log_mtx);
-    for (const char *p = log_buf; (p = strstr(p, needle)) != NULL; p += strlen(needle))
-        n++;
-    pthread_mutex_unlock(&log_mtx);
-    return n;
-}
-
-/* An engine whose log is captured. */
-static bf_engine *capture_engine(const bf_registry *reg, const char *owner, int lease_ms)
-{
-    bf_config cfg = {.conninfo = bt_db_conninfo(),
-                     .owner = owner,
-                     .lease_ms = lease_ms,
-                     .statement_timeout_ms = 20000,
-                     .lock_timeout_ms = 20000,
-                     .step_batches = 1,
-                     .log = capture_log};
-    bf_engine *e = NULL;
-    assert_int_equal(bf_engine_open(&e, &cfg, reg), BF_OK);
-    assert_int_equal(bf_migrate(e), BF_OK);
-    return e;
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -604,13 +548,13 @@ static void test_notices_and_outage_go_to_the_log(void **state)
     bf_engine *admin;
     static const bf_definition *const defs[] = {&notice_def};
     bf_registry *reg = fresh(&admin, defs, 1);
-    log_reset();
-    bf_engine *we = capture_engine(reg, "noticer", 30000);
+    bt_log_reset();
+    bf_engine *we = bt_capture_engine(reg, "noticer", 30000);
     bf_worker *w = bt_claimed_worker(we, "live.notice_v1");
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_BATCH);
-    assert_true(log_count("database notice: WARNING sqlstate=01000: live-notice-marker") >= 1);
+    assert_true(bt_log_count("database notice: WARNING sqlstate=01000: live-notice-marker") >= 1);
     assert_int_equal(bf_worker_release(w), BF_OK);
     bf_worker_free(w);
 
@@ -622,16 +566,16 @@ static void test_notices_and_outage_go_to_the_log(void **state)
     bt_exec(pg, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND application_name LIKE 'buzz-backfill%%'"
                 " AND pid <> pg_backend_pid()");
-    log_reset();
+    bt_log_reset();
     bf_backfill row;
     for (int i = 0; i < 5; i++)
         assert_int_equal(bf_get(we, "live.notice_v1", &row), BF_ERR_UNAVAILABLE);
     bt_exec(server, "ALTER DATABASE \"%s\" WITH ALLOW_CONNECTIONS true", db);
     PQfinish(server);
     assert_int_equal(bf_get(we, "live.notice_v1", &row), BF_OK);
-    assert_int_equal(log_count("database connection lost"), 1);
-    assert_int_equal(log_count("could not connect to database"), 1);
-    assert_int_equal(log_count("database connection restored"), 1);
+    assert_int_equal(bt_log_count("database connection lost"), 1);
+    assert_int_equal(bt_log_count("could not connect to database"), 1);
+    assert_int_equal(bt_log_count("database connection restored"), 1);
     free(db);
     bf_engine_close(we);
     /* admin's session was terminated too: reconnects */
@@ -757,8 +701,8 @@ static void test_logs_carry_no_row_data(void **state)
     bf_registry *reg = bt_registry(defs, 2);
     bf_engine *admin = bt_engine(reg, "operator", 0);
     assert_int_equal(bf_register_all(admin), BF_OK);
-    log_reset();
-    bf_engine *we = capture_engine(reg, "redactor", 30000);
+    bt_log_reset();
+    bf_engine *we = bt_capture_engine(reg, "redactor", 30000);
     const char *ids[] = {"live.check_v1", "live.cast_v1"};
     for (int i = 0; i < 2; i++) {
         assert_int_equal(bt_act(admin, BF_ACTION_START, ids[i]), BF_OK);
@@ -774,11 +718,11 @@ static void test_logs_carry_no_row_data(void **state)
     row = bt_get(admin, "live.cast_v1");
     assert_non_null(strstr(row.error_detail, "22P02"));
     /* both failures were logged, and neither carried the row's text */
-    assert_true(log_count("sqlstate=23514") >= 1);
-    assert_true(log_count("constraint=live_notes_fixed_negative") >= 1);
-    assert_true(log_count("sqlstate=22P02") >= 1);
-    assert_int_equal(log_count(MARKER), 0);
-    assert_int_equal(log_count("Failing row"), 0);
+    assert_true(bt_log_count("sqlstate=23514") >= 1);
+    assert_true(bt_log_count("constraint=live_notes_fixed_negative") >= 1);
+    assert_true(bt_log_count("sqlstate=22P02") >= 1);
+    assert_int_equal(bt_log_count(MARKER), 0);
+    assert_int_equal(bt_log_count("Failing row"), 0);
     bf_engine_close(we);
     finish(admin, reg);
 }

@@ -1,6 +1,7 @@
 /* bt.c - test support: private databases, SQL helpers, barriers, child processes. */
 #include "bt.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -349,6 +350,68 @@ bf_step bt_step_until_not_batch(bf_worker *w, int max_steps)
     }
     bt_fail("worker still running batches after %d steps", max_steps);
     return BF_STEP_IDLE;
+}
+
+/* ---- a captured engine log ------------------------------------------------------------- */
+
+static pthread_mutex_t capture_mtx = PTHREAD_MUTEX_INITIALIZER;
+static char capture_buf[1 << 20];
+static size_t capture_len;
+
+static void capture_log(void *arg, const bf_log_record *rec)
+{
+    (void)arg;
+    if (rec->level < BF_LOG_INFO)
+        return;
+    pthread_mutex_lock(&capture_mtx);
+    int n = snprintf(capture_buf + capture_len, sizeof capture_buf - capture_len, "%s\n", rec->msg);
+    if (n > 0 && capture_len + (size_t)n < sizeof capture_buf)
+        capture_len += (size_t)n;
+    pthread_mutex_unlock(&capture_mtx);
+    if (getenv("BT_VERBOSE") != NULL)
+        fprintf(stderr, "[captured] %s\n", rec->msg);
+}
+
+void bt_log_reset(void)
+{
+    pthread_mutex_lock(&capture_mtx);
+    capture_len = 0;
+    capture_buf[0] = '\0';
+    pthread_mutex_unlock(&capture_mtx);
+}
+
+int bt_log_count(const char *needle)
+{
+    int n = 0;
+    pthread_mutex_lock(&capture_mtx);
+    for (const char *p = capture_buf; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    pthread_mutex_unlock(&capture_mtx);
+    return n;
+}
+
+char *bt_log_text(void)
+{
+    pthread_mutex_lock(&capture_mtx);
+    char *copy = strdup(capture_buf);
+    pthread_mutex_unlock(&capture_mtx);
+    assert_non_null(copy);
+    return copy;
+}
+
+bf_engine *bt_capture_engine(const bf_registry *reg, const char *owner, int lease_ms)
+{
+    bf_config cfg = {.conninfo = bt_db_conninfo(),
+                     .owner = owner,
+                     .lease_ms = lease_ms,
+                     .statement_timeout_ms = 20000,
+                     .lock_timeout_ms = 20000,
+                     .step_batches = 1,
+                     .log = capture_log};
+    bf_engine *e = NULL;
+    assert_int_equal(bf_engine_open(&e, &cfg, reg), BF_OK);
+    assert_int_equal(bf_migrate(e), BF_OK);
+    return e;
 }
 
 /* ---- conformance helpers (claims, crashes, timeouts) ------------------------------------ */

@@ -89,6 +89,17 @@ bf_worker *bt_claimed_worker(bf_engine *e, const char *id);
 /* Step the worker until it reports something other than BF_STEP_BATCH; returns that step. */
 bf_step bt_step_until_not_batch(bf_worker *w, int max_steps);
 
+/* ---- a captured engine log ------------------------------------------------------------- */
+
+/* An engine (migrated, step_batches 1, statement and lock timeouts 20 s) whose log records of
+ * level info and above go to one process-wide buffer instead of stderr (BT_VERBOSE prints them
+ * too). bt_log_reset empties it; bt_log_count counts a needle in it; bt_log_text copies it
+ * (caller frees). */
+bf_engine *bt_capture_engine(const bf_registry *reg, const char *owner, int lease_ms);
+void bt_log_reset(void);
+int bt_log_count(const char *needle);
+char *bt_log_text(void);
+
 /* ---- conformance helpers (claims, crashes, timeouts) ------------------------------------ */
 
 /* bt_engine() with explicit per-statement timeouts (fails the test on error). */
