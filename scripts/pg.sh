@@ -527,13 +527,31 @@ cmd_standby_start()
     printf 'port = %s\nunix_socket_directories = %s\nhot_standby = on\n' "$sport" \
         "$(conf_quote "$SOCK")" | as_owner tee "$SDATA/buzz_runtime.conf" >/dev/null
     side_start "$SDATA" "$STATE/standby.log" "$sport" standby
+    # ready for connections is not streaming yet: a test that pauses replay right away would
+    # otherwise pause it before the WAL receiver ever connected (no lag can be measured then)
+    local i state=""
+    for ((i = 0; i < 300; i++)); do
+        state="$("$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
+            "SELECT state FROM pg_stat_replication WHERE application_name = 'buzz_standby'" \
+            2>/dev/null || true)"
+        [[ "$state" == streaming ]] && return 0
+        sleep 0.1
+    done
+    die "the standby does not stream after 30 s (log: $STATE/standby.log)"
 }
 
 cmd_standby_stop()
 {
     cmd_side_stop standby standby
-    local primary
+    local primary i
     if is_running && primary="$(current_port)"; then
+        # its WAL sender ends a moment after the standby: wait for the slot to be free
+        for ((i = 0; i < 50; i++)); do
+            [[ "$("$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'buzz_standby'
+                 AND active" 2>/dev/null || echo 0)" == 0 ]] && break
+            sleep 0.1
+        done
         "$BINDIR/psql" -h 127.0.0.1 -p "$primary" -U postgres -d postgres -qtAc \
             "SELECT pg_drop_replication_slot('buzz_standby') FROM pg_replication_slots
              WHERE slot_name = 'buzz_standby' AND NOT active" >/dev/null || true
