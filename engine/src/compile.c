@@ -301,6 +301,7 @@ static char *compile_loop(const bf_definition *d, size_t index)
                    "  touched bigint;\n"
                    "  fenced bigint;\n"
                    "  deadline timestamptz := clock_timestamp() + p_step_ms * interval '1 ms';\n"
+                   "  start_cp text := coalesce(checkpoint::text, '');\n"
                    "BEGIN\n"
                    "  batches := 0; rows_covered := 0; rows_touched := 0; waiters := 0;\n"
                    "  LOOP\n");
@@ -341,6 +342,14 @@ static char *compile_loop(const bf_definition *d, size_t index)
                     "      waiters := greatest(waiters, (%s));\n"
                     "    END IF;\n",
                     bf__throttle_blocked_sql);
+    /* this CALL's progress in a session setting, set in the batch's own transaction: it
+     * commits with the batch or reverts with it, so after a CALL that failed the session still
+     * tells what its committed batches did (worker.c worker_report_partial); the generation and
+     * the checkpoint the CALL started from say which CALL wrote it */
+    bf__strbuf_add(&sb, "    PERFORM set_config('buzz_backfill.progress', bf.gen || '|' ||"
+                        " bf.start_cp || '|' || (batches + 1) || ',' || (rows_covered + bf.n)"
+                        " || ',' || (rows_touched + bf.touched) || '|' || bf.next_cp::text,"
+                        " false);\n");
     bf__strbuf_add(&sb, "    COMMIT;\n"
                         "    bf.has_cp := true;\n"
                         "    bf.cp := bf.next_cp;\n"

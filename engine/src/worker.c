@@ -944,13 +944,45 @@ static void worker_report_committed(bf_worker *w, long batches, long rows, long 
 /*
  * A failed step may still have committed batches: the loop's batches before the one that
  * failed (each commits by itself), or a callback batch whose COMMIT's answer was lost. Their
- * counts never reach the client, so they are read back from the row's counters and reported
+ * counts never reach the client. The loop's session keeps its own account of them
+ * (worker_loop_progress), exact; otherwise (a callback batch, or a session that was lost) they
+ * are read back from the row's counters and reported
  * like any step's, keeping the records equal to what PostgreSQL counted. Only commits of this
  * generation are this worker's: the read requires the generation to be unchanged, or the row
  * to be unclaimed (a pause or a failure since; nobody could commit without a claim). Leaves
  * the diagnostic and SQLSTATE of the failure as they were, and cannot be cancelled by a stop.
  */
-static void worker_report_partial(bf_worker *w)
+/* The declarative loop's own account of a CALL that failed (compile.c compile_loop): the
+ * session setting its last committed batch wrote, "generation|start checkpoint|batches,keys,
+ * rows|checkpoint". Only a value this claim's CALL from start_cp wrote counts; false when there
+ * is none (no batch of the CALL committed). */
+static bool worker_loop_progress(bf_worker *w, const char *start_cp, int64_t *batches,
+                                 int64_t *rows, int64_t *touched, char *cp)
+{
+    PGresult *r = NULL;
+    if (bf__exec(w->e, &r, "read loop progress",
+                 "SELECT current_setting('buzz_backfill.progress', true)", 0, NULL) != BF_OK)
+        return false;
+    char v[BF_KEY_TEXT_MAX * 2 + 96];
+    bf__copy(v, sizeof v, PQntuples(r) == 1 ? bf__field(r, 0, 0) : "");
+    PQclear(r);
+    char want[BF_KEY_TEXT_MAX + 32];
+    bf__format(want, sizeof want, "%lld|%s|", (long long)w->generation, start_cp);
+    size_t n = strlen(want);
+    if (strncmp(v, want, n) != 0)
+        return false;
+    long long b = 0, k = 0, t = 0;
+    int used = 0;
+    if (sscanf(v + n, "%lld,%lld,%lld|%n", &b, &k, &t, &used) != 3 || used == 0 || b <= 0)
+        return false;
+    bf__copy(cp, BF_KEY_TEXT_MAX, v + n + used);
+    *batches = b;
+    *rows = k;
+    *touched = t;
+    return true;
+}
+
+static void worker_report_partial(bf_worker *w, const char *start_cp, int backend_pid)
 {
     bf_engine *e = w->e;
     char diag[BF_DIAG_MAX], sqlstate[sizeof e->sqlstate];
@@ -962,13 +994,26 @@ static void worker_report_partial(bf_worker *w)
     worker_param_int(gen, sizeof gen, w->generation);
     const char *params[] = {w->id, gen};
     PGresult *r = NULL;
-    if (bf__ensure_conn(e) == BF_OK &&
-        bf__exec(e, &r, "read progress",
-                 "SELECT batches_committed, coalesce(rows_covered, 0), rows_committed,"
-                 " checkpoint::text FROM buzz_backfill.backfill WHERE id = $1"
-                 " AND (generation = $2::bigint OR claim_owner IS NULL)",
-                 2, params) == BF_OK &&
-        PQntuples(r) == 1) {
+    int64_t lb = 0, lr = 0, lt = 0;
+    char lcp[BF_KEY_TEXT_MAX];
+    bool same_session =
+        bf__ensure_conn(e) == BF_OK && backend_pid != 0 && PQbackendPID(e->conn) == backend_pid;
+    if (w->c->def->mutate == NULL && same_session) {
+        /* the loop's session says exactly what its committed batches did; the row's counters
+         * may hold other workers' batches by now (a takeover, or a pause, a resume and another
+         * claim, then a completion that left the row unclaimed: counted twice) */
+        if (worker_loop_progress(w, start_cp, &lb, &lr, &lt, lcp)) {
+            bf__copy(w->checkpoint, sizeof w->checkpoint, lcp);
+            w->has_checkpoint = true;
+            worker_report_committed(w, (long)lb, (long)lr, (long)lt);
+        }
+    } else if (e->conn != NULL && PQstatus(e->conn) == CONNECTION_OK &&
+               bf__exec(e, &r, "read progress",
+                        "SELECT batches_committed, coalesce(rows_covered, 0), rows_committed,"
+                        " checkpoint::text FROM buzz_backfill.backfill WHERE id = $1"
+                        " AND (generation = $2::bigint OR claim_owner IS NULL)",
+                        2, params) == BF_OK &&
+               PQntuples(r) == 1) {
         int64_t batches = bf__field_i64(r, 0, 0) - w->seen_batches;
         int64_t rows = bf__field_i64(r, 0, 1) - w->seen_rows;
         int64_t touched = bf__field_i64(r, 0, 2) - w->seen_touched;
@@ -1195,7 +1240,9 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
             return err;
     }
     loop_result done = {0};
-    char cp[BF_KEY_TEXT_MAX] = "", detail[BF_DIAG_MAX] = "";
+    char cp[BF_KEY_TEXT_MAX] = "", detail[BF_DIAG_MAX] = "", start_cp[BF_KEY_TEXT_MAX] = "";
+    bf__copy(start_cp, sizeof start_cp, w->has_checkpoint ? w->checkpoint : "");
+    int backend_pid = w->e->conn != NULL ? PQbackendPID(w->e->conn) : 0;
     int64_t started_us = bf__monotonic_us();
     if (!w->bound_empty) {
         if (w->c->def->mutate != NULL) {
@@ -1209,7 +1256,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
             char cls[3];
             bf_log_record rec = worker_record(w, worker_rollback_level(w), BF_EV_BATCH_ROLLED_BACK);
             rec.reason = worker_reason(w->e, err, cls);
-            worker_report_partial(w);
+            worker_report_partial(w, start_cp, backend_pid);
             rec.checkpoint = w->has_checkpoint ? w->checkpoint : NULL;
             bf__log_event(w->e, &rec, "%s: the batch in flight rolled back: %s", w->id,
                           detail[0] ? detail : w->e->diag);
