@@ -652,8 +652,20 @@ static void definition_digest(const bf_definition *d, char out[65])
     sodium_bin2hex(out, 65, h, sizeof h);
 }
 
+/* the rows of the table that need repair (planned, never run: the preflight's estimate) */
+static char *compile_needing(const bf_definition *d)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_add(&sb, "SELECT 1 FROM ");
+    add_table(&sb, d->table);
+    bf__strbuf_addf(&sb, " t WHERE (%s)", d->needs_repair);
+    return bf__strbuf_take(&sb);
+}
+
 void bf__compiled_fini(bf_compiled *c)
 {
+    free(c->sql_needing);
     free(c->sql_first);
     free(c->sql_middle);
     free(c->sql_batch_end);
@@ -712,7 +724,8 @@ bf_err bf__compile(const bf_definition *d, size_t index, bf_compiled *c)
         c->sql_loop = compile_loop(d, index);
         c->sql_call = compile_call(index);
         c->sql_plan_update = compile_plan_update(d);
-        ok = ok && c->sql_loop && c->sql_call && c->sql_plan_update;
+        c->sql_needing = compile_needing(d);
+        ok = ok && c->sql_loop && c->sql_call && c->sql_plan_update && c->sql_needing;
     }
     if (d->prerequisite != NULL && d->prerequisite[0] != '\0') {
         bf_strbuf sb;

@@ -39,6 +39,7 @@ typedef struct bf_compiled {
     char *sql_middle;      /* first key at the leading column's median (statistics), or none */
     char *sql_batch_end;   /* ($1 bound, $2 size, $3 after) the last key of that batch */
     char *sql_plan_update; /* declarative: ($1 after, $2 last) the loop's mutation, or NULL */
+    char *sql_needing;     /* declarative: the rows needing repair, for the planner's estimate */
 } bf_compiled;
 
 struct bf_registry {

@@ -424,5 +424,27 @@ bf_err bf_preflight(bf_engine *e, const char *id, char *report, size_t cap)
     }
     char bound[BF_KEY_TEXT_MAX];
     bool empty = true;
-    return bf__preflight(e, c, bound, &empty, report, cap);
+    err = bf__preflight(e, c, bound, &empty, report, cap);
+    if (err != BF_OK || c->sql_needing == NULL || report == NULL || cap == 0)
+        return err;
+    /* how much work: the planner's estimate of the rows needing repair (nothing is counted) */
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb, "EXPLAIN (FORMAT JSON) %s", c->sql_needing);
+    char *explain = bf__strbuf_take(&sb);
+    if (explain == NULL)
+        return BF_ERR_NOMEM;
+    err = bf__exec(e, &r, "preflight: estimate", explain, 0, NULL);
+    free(explain);
+    if (err != BF_OK)
+        return err;
+    const char *plan = PQntuples(r) == 1 ? bf__field(r, 0, 0) : "";
+    const char *rows = strstr(plan, "\"Plan Rows\": ");
+    if (rows != NULL) {
+        size_t off = strlen(report);
+        bf__format(report + off, cap - off, "; about %lld rows need repair (planner estimate)",
+                   strtoll(rows + strlen("\"Plan Rows\": "), NULL, 10));
+    }
+    PQclear(r);
+    return BF_OK;
 }

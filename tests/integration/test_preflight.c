@@ -159,6 +159,8 @@ static void test_index_in_key_order(void **state)
     assert_non_null(strstr(report, "keyset: Index Only Scan using pf_events_ts_eid"));
     assert_non_null(strstr(report, "mutation: "));
     assert_null(strstr(report, "Seq Scan"));
+    /* how much work, as the planner estimates it: all 20,000 rows need repair */
+    assert_non_null(strstr(report, "about 20000 rows need repair (planner estimate)"));
 
     /* the small table: no index in (a, b) order, a scan of 100 rows is bounded */
     assert_int_equal(bf_preflight(e, "pf.small.small_v1", report, sizeof report), BF_OK);
