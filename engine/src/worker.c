@@ -1,11 +1,11 @@
 /*
- * worker.c - claims, steps and the batch loop.
+ * worker.c - claims, steps and the worker loop (the batches themselves: batch.c).
  *
  * Design notes (fencing): a claim is one UPDATE that takes an unowned or expired running or
  * validating row and advances its generation; renewal, release and every worker transition are
  * single UPDATEs fenced on (id, generation, owner, claim still valid by clock_timestamp(),
  * lifecycle). A declarative step is one CALL of the definition's batch loop procedure
- * (registry.c compile_loop, created once per session in pg_temp): batches after the checkpoint
+ * (compile.c compile_loop, created once per session in pg_temp): batches after the checkpoint
  * within the bound (ORDER BY key LIMIT batch_size), each its own READ COMMITTED transaction of
  * selection, mutation, the fenced compare-and-swap of the checkpoint and batch_verdict(), which
  * raises (rolling that batch back) when the fence matched no row or the batch went over its
@@ -30,63 +30,7 @@
 
 #include "internal.h"
 #include "strbuf.h"
-
-struct bf_worker {
-    bf_engine *e;
-    bf_worker_hooks hooks;
-    atomic_bool stop;
-    int wake[2]; /* self-pipe: bf_worker_stop() writes, the idle wait polls */
-
-    /* the held claim; meaningful only while has_claim, except that after a loss the fields
-     * still name the lost claim, so that the attempt can be recorded (fenced) */
-    bool has_claim;
-    char id[BF_ID_MAX + 1];
-    size_t index;
-    const bf_compiled *c;
-    int64_t generation;
-    bf_state state;
-    char bound[BF_KEY_TEXT_MAX]; /* text[] literal */
-    bool bound_empty;
-    bool has_checkpoint;
-    char checkpoint[BF_KEY_TEXT_MAX]; /* text[] literal */
-    bool prereq_checked;
-    bool validation_locked; /* this session holds the validation lock of id */
-    bool validation_failed; /* worker_fail records a failed validation as the row's latest */
-
-    /* for log records: CLOCK_MONOTONIC start of the step in progress (0 outside a step), and
-     * the row's progress counters as of the claim plus every batch.committed reported since,
-     * so that a failed step's committed batches are reported too (worker_report_partial) */
-    int64_t step_started_us;
-    int64_t seen_batches, seen_rows, seen_touched;
-
-    /* throttling of the held claim (throttle.c): the adaptive batch size (0 until the first
-     * step), what the row's batch_size_current and throttle fields say (as this worker wrote
-     * them), when the signals were last checked and since when it waits (monotonic us) */
-    int size;
-    int size_written;
-    char throttle_signal[24];
-    char throttle_value[64];
-    int64_t checked_us;
-    int64_t throttled_us;
-    /* when this worker last knew its claim extended (claimed, a fence committed, renewed): a
-     * throttled worker renews once a third of the lease has passed since */
-    int64_t extended_us;
-    /* the time this claim's batches took, which the adaptive size is fitted to */
-    bf_size_model sizing;
-    /* collapse detection (throttle.c bf__slow_judge): this claim's recent steps, whether the
-     * last one was slow (reason "" when not) and what it saw, what the row's slow_value says
-     * (as this worker wrote it), and since when it is slow (monotonic us) */
-    bf_slow_model slow;
-    char slow_reason[16];
-    char slow_value[64];
-    char slow_written[64];
-    int64_t slow_us;
-};
-
-static void worker_param_int(char *buf, size_t cap, long long v)
-{
-    bf__format(buf, cap, "%lld", v);
-}
+#include "worker.h"
 
 static void worker_throttle_end(bf_worker *w);
 static void worker_slow_end(bf_worker *w);
@@ -253,8 +197,8 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
             return bf__diag(e, BF_ERR_NO_WORK, "%s: validation already in progress", id);
     }
     char lease[16], max[16];
-    worker_param_int(lease, sizeof lease, e->lease_ms);
-    worker_param_int(max, sizeof max, worker_max_attempts(c));
+    bf__param_int(lease, sizeof lease, e->lease_ms);
+    bf__param_int(max, sizeof max, worker_max_attempts(c));
     const char *params[] = {id,       e->owner,
                             lease,    c->key_types,
                             max,      "the previous claim expired before its work committed",
@@ -389,8 +333,8 @@ bf_err bf_worker_renew(bf_worker *w)
         return BF_ERR_INVALID_ARGUMENT;
     bf_engine *e = w->e;
     char gen[24], lease[16];
-    worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(lease, sizeof lease, e->lease_ms);
+    bf__param_int(gen, sizeof gen, w->generation);
+    bf__param_int(lease, sizeof lease, e->lease_ms);
     const char *params[] = {w->id, gen, e->owner, lease};
     PGresult *r = NULL;
     bf_err err =
@@ -421,7 +365,7 @@ bf_err bf_worker_release(bf_worker *w)
         return BF_OK;
     bf_engine *e = w->e;
     char gen[24];
-    worker_param_int(gen, sizeof gen, w->generation);
+    bf__param_int(gen, sizeof gen, w->generation);
     const char *params[] = {w->id, gen, e->owner};
     bf_err err = bf__ensure_conn(e);
     PGresult *r = NULL;
@@ -451,7 +395,7 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
 {
     bf_engine *e = w->e;
     char gen[24];
-    worker_param_int(gen, sizeof gen, w->generation);
+    bf__param_int(gen, sizeof gen, w->generation);
     bf_strbuf sql;
     bf__strbuf_init(&sql);
     bf__strbuf_addf(
@@ -571,10 +515,10 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
         return err;
     const bf_retry_policy *p = &w->c->def->retry;
     char gen[24], max[16], base[16], cap[16];
-    worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(max, sizeof max, worker_max_attempts(w->c));
-    worker_param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
-    worker_param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
+    bf__param_int(gen, sizeof gen, w->generation);
+    bf__param_int(max, sizeof max, worker_max_attempts(w->c));
+    bf__param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
+    bf__param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
     static const char *const modes[] = {
         [FAIL_RETRY] = "retry", [FAIL_BLOCK] = "block", [FAIL_FAIL] = "fail"};
     char bounded[BF_DIAG_MAX];
@@ -637,223 +581,6 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
     rec.reason = reason;
     bf__log_event(e, &rec, "%s: attempt %d %s: %s", w->id, attempts,
                   info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st), bounded);
-    return BF_OK;
-}
-
-/* ---- batches --------------------------------------------------------------------------- */
-
-/* Read the results of one pipeline segment: ncmds commands and their sync. Keeps the result of
- * command keep; returns the first error. After the last segment (last), leaves the connection
- * out of pipeline mode. */
-static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kept, bool last)
-{
-    bf_err first = BF_OK;
-    for (int i = 0; i < ncmds; i++) {
-        PGresult *r = bf__wait_result(e) ? PQgetResult(e->conn) : NULL;
-        if (r == NULL) {
-            first = first != BF_OK ? first : bf__pg_error(e, NULL, "batch");
-            break;
-        }
-        ExecStatusType st = PQresultStatus(r);
-        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
-            if (i == keep && kept != NULL)
-                *kept = r;
-            else
-                PQclear(r);
-        } else {
-            if (st != PGRES_PIPELINE_ABORTED && first == BF_OK)
-                first = bf__pg_error(e, r, "batch");
-            PQclear(r);
-        }
-        PGresult *end = bf__wait_result(e) ? PQgetResult(e->conn) : NULL; /* ends the results */
-        if (end != NULL)
-            PQclear(end);
-    }
-    PGresult *sync = bf__wait_result(e) ? PQgetResult(e->conn) : NULL;
-    bool synced = sync != NULL && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
-    PQclear(sync);
-    if (!synced || (last && PQexitPipelineMode(e->conn) != 1)) {
-        /* the pipeline is in an unknown state: drop the connection, reconnect on next use */
-        bf__log(e, BF_LOG_WARN, "batch pipeline desynchronised; reconnecting");
-        PQfinish(e->conn);
-        e->conn = NULL;
-        if (first == BF_OK)
-            first = bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
-    }
-    if (first != BF_OK && kept != NULL && *kept != NULL) {
-        PQclear(*kept);
-        *kept = NULL;
-    }
-    return first;
-}
-
-/* Create the definition's batch loop procedure on this connection, once per session. */
-static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
-{
-    if (e->prepared[index] & 1u)
-        return BF_OK;
-    bf_err err = bf__exec0(e, "create batch loop", c->sql_loop, 0, NULL);
-    if (err == BF_OK)
-        e->prepared[index] |= 1u;
-    return err;
-}
-
-/* A step's outcome: batches committed (none: no admitted work remains after the checkpoint),
- * the keys they passed and the rows they changed. */
-typedef struct loop_result {
-    long batches, rows, touched;
-    long waiters; /* most sessions a batch blocked at its COMMIT (when watched), else 0 */
-} loop_result;
-
-/*
- * The declarative form: one CALL of the definition's loop procedure, which commits up to
- * step_batches batches and starts none after step_ms, each batch its own fenced transaction.
- * One round trip: statement_timeout raised for the CALL, the CALL, statement_timeout restored
- * to the session's (two pipeline segments, so the restore runs even when the CALL failed).
- * statement_timeout bounds the whole CALL: step_ms plus one batch's statement_timeout_ms.
- */
-/* cp: BF_KEY_TEXT_MAX bytes */
-static bf_err batch_loop(bf_worker *w, int watch, loop_result *out, char *cp)
-{
-    bf_engine *e = w->e;
-    bf_err err = loop_ensure(e, w->index, w->c);
-    if (err != BF_OK)
-        return err;
-    char gen[24], limit[16], lease[16], max[16], step_ms[16], raise[96], restore[96];
-    char size[16], watched[16];
-    worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(limit, sizeof limit, w->c->def->batch_size); /* the verdict's bound */
-    worker_param_int(size, sizeof size, w->size);                 /* the keyset's LIMIT */
-    worker_param_int(watched, sizeof watched, watch);
-    worker_param_int(lease, sizeof lease, e->lease_ms);
-    worker_param_int(max, sizeof max, e->step_batches);
-    worker_param_int(step_ms, sizeof step_ms, e->step_ms);
-    /* integers only: these cannot be cut */
-    bf__format(raise, sizeof raise, "SET statement_timeout = %lld",
-               (long long)e->step_ms + e->statement_timeout_ms);
-    bf__format(restore, sizeof restore, "SET statement_timeout = %d", e->statement_timeout_ms);
-    const char *params[] = {w->id,    gen,     e->owner,
-                            w->bound, limit,   lease,
-                            max,      step_ms, w->has_checkpoint ? w->checkpoint : NULL,
-                            size,     watched};
-    if (PQenterPipelineMode(e->conn) != 1)
-        return bf__pg_error(e, NULL, "enter pipeline");
-    bool sent = PQsendQueryParams(e->conn, raise, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, w->c->sql_call, 11, NULL, params, NULL, NULL, 0) == 1 &&
-                PQpipelineSync(e->conn) == 1 &&
-                PQsendQueryParams(e->conn, restore, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQpipelineSync(e->conn) == 1;
-    if (!sent) {
-        bf__log(e, BF_LOG_WARN, "could not send batch: %s", PQerrorMessage(e->conn));
-        PQfinish(e->conn);
-        e->conn = NULL;
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
-    }
-    PGresult *res = NULL;
-    err = pipeline_collect(e, 2, 1, &res, false);
-    if (e->conn != NULL) {
-        bf_err reset = pipeline_collect(e, 1, -1, NULL, true);
-        if (err == BF_OK)
-            err = reset;
-    }
-    if (err != BF_OK) {
-        PQclear(res);
-        return err;
-    }
-    /* checkpoint, batches, rows_covered, rows_touched, waiters; the checkpoint fits (the schema's
-     * checkpoint_text_length constraint refused the batch otherwise) */
-    if (bf__key_field(e, cp, res, 0, 0) != BF_OK)
-        err = bf__diag(e, BF_ERR_INTERNAL, "batch: a committed checkpoint does not fit");
-    if (err != BF_OK) {
-        PQclear(res);
-        return err;
-    }
-    out->batches = (long)bf__field_i64(res, 0, 1);
-    out->rows = (long)bf__field_i64(res, 0, 2);
-    out->touched = (long)bf__field_i64(res, 0, 3);
-    out->waiters = (long)bf__field_i64(res, 0, 4);
-    PQclear(res);
-    return BF_OK;
-}
-
-/* The callback batch: keys into bf_batch, the definition's statements, the fence, COMMIT. */
-static bf_err batch_callback(bf_worker *w, int watch, loop_result *out, char *cp, char *detail,
-                             size_t dcap)
-{
-    bf_engine *e = w->e;
-    const bf_compiled *c = w->c;
-    long *rows = &out->rows, *touched = &out->touched;
-    char limit[16], size[16];
-    worker_param_int(limit, sizeof limit, c->def->batch_size); /* the fence's bound */
-    worker_param_int(size, sizeof size, w->size);              /* the keyset's LIMIT */
-    const char *kp[] = {w->bound, size, w->has_checkpoint ? w->checkpoint : NULL};
-    PGresult *r = NULL;
-    bf_err err = bf__begin(e, false);
-    if (err != BF_OK)
-        return err;
-    err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);
-    if (err == BF_OK)
-        err = bf__exec(e, &r, "select batch", c->sql_keys[w->has_checkpoint ? 1 : 0],
-                       w->has_checkpoint ? 3 : 2, kp);
-    if (err != BF_OK) {
-        bf__rollback(e);
-        return err;
-    }
-    *rows = strtol(PQcmdTuples(r), NULL, 10);
-    PQclear(r);
-    if (*rows == 0) {
-        bf__rollback(e);
-        return BF_OK;
-    }
-    bf_txn txn;
-    bf__txn_init(&txn, e, c->def->batch_size, *rows);
-    err = bf__txn_verdict(&txn, c->def->mutate(&txn, c->def->arg), detail, dcap);
-    if (err == BF_OK && watch > 0) { /* sessions this batch blocks, before its COMMIT */
-        err = bf__exec(e, &r, "lock waiters", bf__throttle_blocked_sql, 0, NULL);
-        if (err == BF_OK)
-            out->waiters = (long)bf__field_i64(r, 0, 0);
-        PQclear(r);
-        r = NULL;
-    }
-    if (err != BF_OK) {
-        bf__rollback(e);
-        return err;
-    }
-    char gen[24], lease[16], nt[24], nk[24];
-    worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(lease, sizeof lease, e->lease_ms);
-    worker_param_int(nt, sizeof nt, txn.touched);
-    worker_param_int(nk, sizeof nk, *rows); /* the keys in bf_batch, counted when selected */
-    const char *fp[] = {w->id,    gen, e->owner, w->has_checkpoint ? w->checkpoint : NULL,
-                        w->bound, nt,  lease,    nk,
-                        limit};
-    /* the fence and COMMIT in one round trip: once the fence holds the backfill row's lock,
-     * nothing this process does (or fails to do: a stop, a hang) can delay the commit that
-     * releases it. The fence raises when it matched nothing, so the COMMIT then finds an aborted
-     * transaction and nothing commits. */
-    if (PQenterPipelineMode(e->conn) != 1) {
-        bf__rollback(e);
-        return bf__pg_error(e, NULL, "enter pipeline");
-    }
-    bool sent = PQsendQueryParams(e->conn, c->sql_fence, 9, NULL, fp, NULL, NULL, 0) == 1 &&
-                PQsendQueryParams(e->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQpipelineSync(e->conn) == 1;
-    if (!sent) {
-        bf__log(e, BF_LOG_WARN, "could not send batch commit: %s", PQerrorMessage(e->conn));
-        PQfinish(e->conn);
-        e->conn = NULL;
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "batch: connection failure (08006)");
-    }
-    r = NULL;
-    err = pipeline_collect(e, 2, 0, &r, true);
-    if (err == BF_OK && bf__key_field(e, cp, r, 0, 0) != BF_OK)
-        err = bf__diag(e, BF_ERR_INTERNAL, "batch: a committed checkpoint does not fit");
-    PQclear(r);
-    if (err != BF_OK) {
-        bf__rollback(e); /* the transaction the failed fence aborted */
-        return err;
-    }
-    *touched = txn.touched;
     return BF_OK;
 }
 
@@ -952,36 +679,6 @@ static void worker_report_committed(bf_worker *w, long batches, long rows, long 
  * to be unclaimed (a pause or a failure since; nobody could commit without a claim). Leaves
  * the diagnostic and SQLSTATE of the failure as they were, and cannot be cancelled by a stop.
  */
-/* The declarative loop's own account of a CALL that failed (compile.c compile_loop): the
- * session setting its last committed batch wrote, "generation|start checkpoint|batches,keys,
- * rows|checkpoint". Only a value this claim's CALL from start_cp wrote counts; false when there
- * is none (no batch of the CALL committed). */
-static bool worker_loop_progress(bf_worker *w, const char *start_cp, int64_t *batches,
-                                 int64_t *rows, int64_t *touched, char *cp)
-{
-    PGresult *r = NULL;
-    if (bf__exec(w->e, &r, "read loop progress",
-                 "SELECT current_setting('buzz_backfill.progress', true)", 0, NULL) != BF_OK)
-        return false;
-    char v[BF_KEY_TEXT_MAX * 2 + 96];
-    bf__copy(v, sizeof v, PQntuples(r) == 1 ? bf__field(r, 0, 0) : "");
-    PQclear(r);
-    char want[BF_KEY_TEXT_MAX + 32];
-    bf__format(want, sizeof want, "%lld|%s|", (long long)w->generation, start_cp);
-    size_t n = strlen(want);
-    if (strncmp(v, want, n) != 0)
-        return false;
-    long long b = 0, k = 0, t = 0;
-    int used = 0;
-    if (sscanf(v + n, "%lld,%lld,%lld|%n", &b, &k, &t, &used) != 3 || used == 0 || b <= 0)
-        return false;
-    bf__copy(cp, BF_KEY_TEXT_MAX, v + n + used);
-    *batches = b;
-    *rows = k;
-    *touched = t;
-    return true;
-}
-
 static void worker_report_partial(bf_worker *w, const char *start_cp, int backend_pid)
 {
     bf_engine *e = w->e;
@@ -991,7 +688,7 @@ static void worker_report_partial(bf_worker *w, const char *start_cp, int backen
     int stop_fd = e->stop_fd;
     e->stop_fd = -1;
     char gen[24];
-    worker_param_int(gen, sizeof gen, w->generation);
+    bf__param_int(gen, sizeof gen, w->generation);
     const char *params[] = {w->id, gen};
     PGresult *r = NULL;
     int64_t lb = 0, lr = 0, lt = 0;
@@ -1002,7 +699,7 @@ static void worker_report_partial(bf_worker *w, const char *start_cp, int backen
         /* the loop's session says exactly what its committed batches did; the row's counters
          * may hold other workers' batches by now (a takeover, or a pause, a resume and another
          * claim, then a completion that left the row unclaimed: counted twice) */
-        if (worker_loop_progress(w, start_cp, &lb, &lr, &lt, lcp)) {
+        if (bf__loop_progress(w, start_cp, &lb, &lr, &lt, lcp)) {
             bf__copy(w->checkpoint, sizeof w->checkpoint, lcp);
             w->has_checkpoint = true;
             worker_report_committed(w, (long)lb, (long)lr, (long)lt);
@@ -1062,9 +759,9 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
     char slow[sizeof w->slow_value];
     bf__copy(slow, sizeof slow, w->slow_value);
     char gen[24], lease[16], size[16];
-    worker_param_int(gen, sizeof gen, w->generation);
-    worker_param_int(lease, sizeof lease, e->lease_ms);
-    worker_param_int(size, sizeof size, w->size);
+    bf__param_int(gen, sizeof gen, w->generation);
+    bf__param_int(lease, sizeof lease, e->lease_ms);
+    bf__param_int(size, sizeof size, w->size);
     const char *params[] = {w->id,
                             gen,
                             e->owner,
@@ -1246,10 +943,10 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     int64_t started_us = bf__monotonic_us();
     if (!w->bound_empty) {
         if (w->c->def->mutate != NULL) {
-            err = batch_callback(w, cfg.lock_waiters, &done, cp, detail, sizeof detail);
+            err = bf__batch_callback(w, cfg.lock_waiters, &done, cp, detail, sizeof detail);
             done.batches = done.rows > 0;
         } else {
-            err = batch_loop(w, cfg.lock_waiters, &done, cp);
+            err = bf__batch_loop(w, cfg.lock_waiters, &done, cp);
         }
         if (err != BF_OK) {
             /* the batch in flight rolled back (the reason is taken before the progress read) */
