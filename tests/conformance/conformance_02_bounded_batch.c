@@ -28,7 +28,7 @@
  *     a claim when the constraint is dropped after start; the column names in that check are
  *     quoted (registry.c add_key_names), so a key column named "null" is checked too;
  *   - the row budget of bf_txn_exec (txn.c txn_run: "rows > txn->limit - txn->touched");
- *   - the statement timeout of a batch (worker.c batch_loop sets statement_timeout for the
+ *   - the statement timeout of a batch (batch.c bf__batch_loop sets statement_timeout for the
  *     CALL of the batch loop, step_ms plus statement_timeout_ms; engine.c
  *     bf__set_local_timeouts for callbacks): without it a blocked batch never ends and the
  *     step does not return within the deadline.

@@ -18,7 +18,7 @@
  * Guards proved (removing any one of them fails this test):
  *   - the single-transaction checkpoint: mutation and fenced checkpoint advance commit in one
  *     transaction (the batch loop, registry.c compile_loop, runs selection, mutation, fence and
- *     verdict of a batch before its COMMIT; worker.c batch_callback runs the callback and the
+ *     verdict of a batch before its COMMIT; batch.c bf__batch_callback runs the callback and the
  *     fence before one COMMIT and rolls back on any failure);
  *   - batch_verdict raising on a failed fence, "IF selected > 0 AND fenced = 0 THEN RAISE"
  *     (migrate.c), and the callback fence's "PQntuples(r) == 0 -> BF_ERR_STALE" (worker.c):

@@ -481,7 +481,7 @@ static void test_automatic_mode_gates_and_sigterm_releases_claims(void **state)
     /* SIGTERM with both batches in flight: each worker cancels its batch (it rolls back, nothing
      * partial commits and no other batch starts), releases its claim, exit 0; a stop is not a
      * failed attempt. The holder keeps its locks until the daemon has exited: the batches can
-     * only end by the cancel (worker.c pipeline_wait), never by finishing. */
+     * only end by the cancel (batch.c pipeline_collect), never by finishing. */
     assert_int_equal(kill(d.pid, SIGTERM), 0);
     wait_log(&d, "received SIGTERM");
     assert_int_equal(daemon_signal_wait(&d, 0), 0);

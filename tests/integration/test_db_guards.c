@@ -20,7 +20,7 @@
  * changes the row, so a case cannot pass because its statement fails for another reason.
  *
  * (3) The batch fence (registry.c add_fence, with the conditions compile_fence and compile_loop
- * append) and the batch verdict (buzz_backfill.batch_verdict; worker.c batch_callback for the
+ * append) and the batch verdict (buzz_backfill.batch_verdict; batch.c bf__batch_callback for the
  * callback form), condition by condition. Each is proved by a worker step whose batch is
  * stale in that one way only, asserting that the step commits nothing (target rows, checkpoint,
  * counters). Where a suite already proves a condition it is named, not repeated:

@@ -11,7 +11,7 @@
  *   - the session idle_in_transaction_session_timeout (lease / 2): a client stopped inside a
  *     transaction loses its session and its row locks before its lease runs out
  *     (test_stalled_client_loses_session);
- *   - the callback batch's fence and COMMIT in one round trip (worker.c batch_callback): a
+ *   - the callback batch's fence and COMMIT in one round trip (batch.c bf__batch_callback): a
  *     process stopped while its fence runs still commits and releases the backfill row
  *     (test_fence_and_commit_one_round_trip);
  *   - claim_sql counting the attempt of an expired claim it takes over, failing the row when

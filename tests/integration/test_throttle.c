@@ -19,7 +19,7 @@
  *   batch loop procedure before its COMMIT (registry.c compile_loop, "watch"): a session that
  *   waits on a row the batch updated halves the next batch size and throttles.
  * - test_callback_batch_that_blocks_shrinks: the same count in the callback form
- *   (worker.c batch_callback, before the fence).
+ *   (batch.c bf__batch_callback, before the fence).
  * - test_long_transaction_throttles: the xact_age signal of bf__throttle_check: another
  *   session's transaction open a second makes the step wait; committed, the backfill goes on.
  * - test_size_converges: the adaptive size as the worker applies it (worker.c
@@ -392,7 +392,7 @@ static void test_batch_that_blocks_shrinks(void **state)
     PQfinish(c);
 }
 
-/* The callback form counts the sessions its batch blocks too (worker.c batch_callback runs
+/* The callback form counts the sessions its batch blocks too (batch.c bf__batch_callback runs
  * bf__throttle_blocked_sql before the fence): a session waiting on a row the batch updated,
  * while the batch waits at a barrier inside its transaction, halves the next batches. */
 static void test_callback_batch_that_blocks_shrinks(void **state)
