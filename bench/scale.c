@@ -178,6 +178,7 @@ typedef struct scale_opts {
     bool shape_on[SCALE_NSHAPES];
     int window;
     double analyze_at; /* fraction of the rows */
+    bool loop_first;   /* the loop goes first for the first shape (then they alternate) */
     bool verbose;
 } scale_opts;
 
@@ -728,16 +729,17 @@ static void scale_print_machine(scale_ctx *b)
 
 static void scale_usage(FILE *to)
 {
-    fprintf(to,
-            "Usage: scale [--url URL] [--rows N] [--batch N] [--shapes LIST] [--window S]\n"
-            "             [--analyze-at PCT] [-v]\n"
-            "  --url         libpq URL of the server (default $BUZZ_BENCH_PG_URL, then\n"
-            "                $BUZZ_TEST_PG_URL); a private database is created and dropped\n"
-            "  --rows        rows in each table (default 10000000)\n"
-            "  --batch       batch size of both variants (default 1000)\n"
-            "  --shapes      comma-separated: compound,uuid,bytea (default all)\n"
-            "  --window      seconds of a rate window (default 30)\n"
-            "  --analyze-at  percent of the rows done when the table is analyzed (default 40)\n");
+    fprintf(to, "Usage: scale [--url URL] [--rows N] [--batch N] [--shapes LIST] [--window S]\n"
+                "             [--analyze-at PCT] [--loop-first] [-v]\n"
+                "  --url         libpq URL of the server (default $BUZZ_BENCH_PG_URL, then\n"
+                "                $BUZZ_TEST_PG_URL); a private database is created and dropped\n"
+                "  --rows        rows in each table (default 10000000)\n"
+                "  --batch       batch size of both variants (default 1000)\n"
+                "  --shapes      comma-separated: compound,uuid,bytea (default all)\n"
+                "  --window      seconds of a rate window (default 30)\n"
+                "  --analyze-at  percent of the rows done when the table is analyzed (default 40)\n"
+                "  --loop-first  the loop runs first for the first shape (default: the engine);\n"
+                "                the order alternates from shape to shape\n");
 }
 
 static void scale_parse(scale_opts *o, int argc, char **argv)
@@ -747,19 +749,15 @@ static void scale_parse(scale_opts *o, int argc, char **argv)
     if (o->url == NULL || o->url[0] == '\0')
         o->url = getenv("BUZZ_TEST_PG_URL");
     static const struct option longopts[] = {
-        {"url", required_argument, NULL, 'u'},
-        {"rows", required_argument, NULL, 'n'},
-        {"batch", required_argument, NULL, 'b'},
-        {"shapes", required_argument, NULL, 's'},
-        {"window", required_argument, NULL, 'w'},
-        {"analyze-at", required_argument, NULL, 'a'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"url", required_argument, NULL, 'u'},    {"rows", required_argument, NULL, 'n'},
+        {"batch", required_argument, NULL, 'b'},  {"shapes", required_argument, NULL, 's'},
+        {"window", required_argument, NULL, 'w'}, {"analyze-at", required_argument, NULL, 'a'},
+        {"loop-first", no_argument, NULL, 'l'},   {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     bool any_shape = false;
     int ch;
-    while ((ch = getopt_long(argc, argv, "u:n:b:s:w:a:vh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "u:n:b:s:w:a:lvh", longopts, NULL)) != -1) {
         switch (ch) {
         case 'u':
             o->url = optarg;
@@ -791,6 +789,9 @@ static void scale_parse(scale_opts *o, int argc, char **argv)
             break;
         case 'a':
             o->analyze_at = strtod(optarg, NULL) / 100.0;
+            break;
+        case 'l':
+            o->loop_first = true;
             break;
         case 'v':
             o->verbose = true;
@@ -830,7 +831,7 @@ int main(int argc, char **argv)
         const scale_shape *s = &shapes[i];
         for (int k = 0; k < 2; k++) {
             /* alternate which variant goes first from shape to shape */
-            int v = (k + n) % 2;
+            int v = (k + n + b.opts.loop_first) % 2;
             scale_result *r = &res[i][v];
             r->build_seconds = scale_table_build(&b, s);
             scale_loadavg(r->load_before, sizeof r->load_before);
@@ -845,8 +846,9 @@ int main(int argc, char **argv)
         n++;
         double ratio = res[i][0].rate / res[i][1].rate;
         ratio_ok &= ratio >= 0.9;
-        printf("%-8s engine/loop %.2f  [goal >= 0.9x: %s]  (%s ran first)\n\n", s->name, ratio,
-               scale_verdict(ratio >= 0.9), (n - 1) % 2 == 0 ? "engine" : "loop");
+        printf("%-8s engine/loop %.3f  [goal >= 0.9x: %s]  (%s ran first)\n\n", s->name, ratio,
+               scale_verdict(ratio >= 0.9),
+               (n - 1 + b.opts.loop_first) % 2 == 0 ? "engine" : "loop");
         fflush(stdout);
     }
     printf("summary: engine >= 0.9x the loop for every shape: %s; slowest window >= 0.5x the"
