@@ -55,11 +55,12 @@
 #define SRV_TRANSPORT_CLOSE_BOUND_MS 1500
 /* A probe of nng's reaper (made every second) unreported for this long means it is stuck. */
 #define SRV_TRANSPORT_WEDGE_MS 3000
-/* The self-dial of each listener (transport_probe.c): a probe that sees no new connection on
- * its listener within this long failed; two failures in a row restart the listener. A wedged
- * listener therefore answers again within SRV_TRANSPORT_PROBE_BOUND_MS. */
-#define SRV_TRANSPORT_PROBE_TIMEOUT_MS 1500
-#define SRV_TRANSPORT_PROBE_BOUND_MS   6000
+/* The self-dial of each ipc:// listener (transport_probe.c): a probe that sees no new
+ * connection on its listener within this long failed; three failures in a row restart the
+ * listener. A wedged listener therefore answers again within SRV_TRANSPORT_PROBE_BOUND_MS (one
+ * probe interval, three probes, the restart). */
+#define SRV_TRANSPORT_PROBE_TIMEOUT_MS 2000
+#define SRV_TRANSPORT_PROBE_BOUND_MS   9000
 /* Pause before closing when replies were handed to nng during stop, so they reach the wire. */
 #define SRV_TRANSPORT_LINGER_MS 200
 /* How long srv_transport_stop() takes at most once the requests in flight have finished. */

@@ -29,7 +29,7 @@
 #define TRANSPORT_SEND_GRACE_MS 500  /* past the send timeout, a send nng did not complete */
 #define TRANSPORT_CANARY_MS     1000 /* how often nng's reaper is probed */
 #define TRANSPORT_PROBE_MS      1000 /* how often each listener is self-dialed */
-#define TRANSPORT_PROBE_FAILS   2    /* failed probes in a row that make a listener wedged */
+#define TRANSPORT_PROBE_FAILS   3    /* failed probes in a row that make a listener wedged */
 
 _Static_assert(SRV_TRANSPORT_MAX_LISTENERS <= 64, "conns.c's listener bound");
 

@@ -14,7 +14,9 @@
  * way): later connections are accepted by the kernel and even complete the SP header exchange,
  * but nng never adds them to the socket, so their requests time out. Nothing is reported and
  * the canary (canary.c, nng's reaper) is unaffected. tests/robustness/nng_ipc_wedge.c shows it
- * with plain nng; tcp:// has not been seen to wedge, but every listener is probed alike.
+ * with plain nng; tcp:// has not been seen to wedge, so only ipc:// listeners are probed (a
+ * probe is not free: on a machine too loaded to answer it in time it restarts a healthy
+ * listener and drops the requests in flight there).
  *
  * What a probe proves. The listener's socket notifies ADD_PRE for every connection it is about
  * to add, before the connection caps judge it (transport_pipe_event counts it per listener),
@@ -72,7 +74,10 @@ void transport_probes_start(srv_transport *t)
     for (size_t i = 0; i < t->n_listeners; i++) {
         transport_listener *tl = &t->listeners[i];
         transport_probe *p = &tl->probe;
-        if (!tl->started || !probe_url(tl, p->url, sizeof p->url))
+        /* ipc:// only: the wedge has been seen there alone, and a probe that a loaded machine
+         * answers late restarts a healthy listener, dropping the requests in flight on it (a
+         * tcp flood test lost its reply so under load when every listener was probed) */
+        if (!tl->started || strcmp(tl->kind, "ipc") != 0 || !probe_url(tl, p->url, sizeof p->url))
             continue;
         if (strcmp(tl->kind, "tls") == 0 &&
             (nng_tls_config_alloc(&p->tls, NNG_TLS_MODE_CLIENT) != 0 ||
