@@ -509,26 +509,28 @@ static void test_size_converges(void **state)
 static void test_rate_ceilings(void **state)
 {
     (void)state;
-    /* 100 keys at 1000 keys/s: the step and its wait take 100 ms */
-    bf_throttle_config cfg = {.max_rows_per_second = 1000};
+    /* 100 keys at 100 keys/s: the step and its wait take 1 s (at 1,000 keys/s, 100 ms, a
+     * batch on a saturated machine sometimes took all of it, and nothing was left to wait) */
+    bf_throttle_config cfg = {.max_rows_per_second = 100};
     configure("thr.rate_v1", &cfg, 0);
     bf_engine *e = bt_engine(registry, "thr-rate", 30000);
     bf_worker *w = bt_claimed_worker(e, "thr.rate_v1");
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
     assert_int_equal(info.step, BF_STEP_BATCH);
-    /* the 100 ms the keys need at that rate, counted from the step's start: the wait is what
-     * is left of them once the batch is done */
-    const char *waited = strstr(info.detail, "throttled by rate: 1000 rows/s (waited ");
-    assert_non_null(waited);
-    long ms = strtol(waited + strlen("throttled by rate: 1000 rows/s (waited "), NULL, 10);
-    assert_true(ms >= 1 && ms <= 100);
+    /* the second the keys need at that rate, counted from the step's start: the wait is what
+     * is left of it once the batch is done */
+    const char *waited = strstr(info.detail, "throttled by rate: 100 rows/s (waited ");
+    if (waited == NULL)
+        fail_msg("no rate wait after a step: %s", info.detail);
+    long ms = strtol(waited + strlen("throttled by rate: 100 rows/s (waited "), NULL, 10);
+    assert_true(ms >= 1 && ms <= 1000);
     bf_backfill row = bt_get(e, "thr.rate_v1");
     assert_string_equal(row.throttle_signal, "rate");
     /* the process's ceiling, lower than the definition's, sets the wait */
-    configure("thr.rate_v1", &cfg, 500);
+    configure("thr.rate_v1", &cfg, 50);
     assert_int_equal(bf_worker_step(w, &info), BF_OK);
-    assert_non_null(strstr(info.detail, "throttled by rate: 500 rows/s"));
+    assert_non_null(strstr(info.detail, "throttled by rate: 50 rows/s"));
     /* no ceiling: no wait, and the row is no longer throttled */
     cfg.max_rows_per_second = 0;
     configure("thr.rate_v1", &cfg, 0);
