@@ -248,12 +248,12 @@ void srv_budget_init(srv_budget *b, size_t limit);
 #define SRV_REJECT_WINDOW_MS 10000 /* a coalescing window */
 #define SRV_REJECT_BURST     8     /* rejections of a window written one by one, per key */
 #define SRV_REJECT_KEYS      256   /* keys (peer, action, reason) counted at once */
-/* Over all keys: rows written one by one per window (beyond: counted), and the aggregate keys
- * (action, listener kind, reason) that count the attempts of new peers while every key above
- * holds an open window (reject.c's design notes). */
-#define SRV_REJECT_GLOBAL_BURST 256 /* conformance 9 alone refuses about 70 requests in a second   \
-                                     */
-#define SRV_REJECT_AGG_KEYS 32
+/* Over all keys: rows written one by one per window (beyond: counted; 256, not lower, since an
+ * operator's burst of refused requests is audited row by row: conformance 9 alone refuses about
+ * 70 in a second), and the aggregate keys (action, listener kind, reason) that count the
+ * attempts of new peers while every key above holds an open window (reject.c's design notes). */
+#define SRV_REJECT_GLOBAL_BURST 256
+#define SRV_REJECT_AGG_KEYS     32
 
 typedef struct srv_rejects srv_rejects;
 
