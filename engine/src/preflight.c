@@ -47,40 +47,27 @@ typedef struct preflight {
 } preflight;
 
 /* "{a,b}" of the key's column names, or of its declared types */
-static void key_literal(const bf_compiled *c, bool types, char *buf, size_t cap)
-{
-    if (types) {
-        bf__format(buf, cap, "{%s}", c->key_types);
-        return;
-    }
-    /* quoted: an unquoted element spelled "null" would read as a NULL */
-    size_t off = 0;
-    for (int i = 0; i < c->def->nkey && off < cap; i++) {
-        bf__format(buf + off, cap - off, "%s\"%s\"", i ? "," : "{", c->def->key[i].name);
-        off = strlen(buf);
-    }
-    if (off < cap)
-        bf__format(buf + off, cap - off, "}");
-}
-
-/* "(a, b)" of the key's column names */
-static void key_columns(const bf_definition *d, char *buf, size_t cap)
+/* The key's column names between open and close, separated by sep, each inside quote:
+ * "{\"a\",\"b\"}" for a text[] literal (quoted: an unquoted element spelled "null" would read as
+ * a NULL) or "(a, b)" for a message. */
+static void key_names(const bf_definition *d, const char *open, const char *sep, const char *quote,
+                      const char *close, char *buf, size_t cap)
 {
     size_t off = 0;
     for (int i = 0; i < d->nkey && off < cap; i++) {
-        bf__format(buf + off, cap - off, "%s%s", i ? ", " : "(", d->key[i].name);
+        bf__format(buf + off, cap - off, "%s%s%s%s", i ? sep : open, quote, d->key[i].name, quote);
         off = strlen(buf);
     }
     if (off < cap)
-        bf__format(buf + off, cap - off, ")");
+        bf__format(buf + off, cap - off, "%s", close);
 }
 
 /* 1. the key columns exist with the declared types */
 static bf_err preflight_columns(preflight *p)
 {
     char names[BF_MAX_KEY_COLUMNS * 66 + 4], types[128];
-    key_literal(p->c, false, names, sizeof names);
-    key_literal(p->c, true, types, sizeof types);
+    key_names(p->c->def, "{", ",", "\"", "}", names, sizeof names);
+    bf__format(types, sizeof types, "{%s}", p->c->key_types);
     const char *params[] = {names, types, p->table_name};
     PGresult *r = NULL;
     bf_err err =
@@ -123,7 +110,7 @@ static bf_err preflight_columns(preflight *p)
 static bf_err preflight_index(preflight *p)
 {
     char names[BF_MAX_KEY_COLUMNS * 66 + 4], n[8], small[24];
-    key_literal(p->c, false, names, sizeof names);
+    key_names(p->c->def, "{", ",", "\"", "}", names, sizeof names);
     bf__format(n, sizeof n, "%d", p->c->def->nkey);
     bf__format(small, sizeof small, "%d", BF_PREFLIGHT_SMALL_ROWS);
     const char *params[] = {p->table_name, names, n, small};
@@ -160,7 +147,7 @@ static bf_err preflight_index(preflight *p)
     bf__copy(rows, sizeof rows, bf__field(r, 0, 2));
     PQclear(r);
     char cols[BF_MAX_KEY_COLUMNS * 66 + 4];
-    key_columns(p->c->def, cols, sizeof cols);
+    key_names(p->c->def, "(", ", ", "", ")", cols, sizeof cols);
     if (indexed) {
         bf__format(p->summary, sizeof p->summary, "index %s", index);
         return BF_OK;
