@@ -40,7 +40,8 @@ int sp_open_count(const sp_peer *peers, size_t n);
  * side's receive queue from /proc/net/tcp); -1 when it cannot be told. */
 long sp_unread(const sp_peer *p);
 /* Wait until the daemon has read everything p sent (then no read of it is in progress, and
- * closing it cannot meet nng 1.5.2's close race); fails the test after wait_ms. */
+ * closing it cannot meet nng 1.5.2's close race) or has closed p itself; fails the test after
+ * wait_ms. */
 void sp_wait_read(const sp_peer *p, int wait_ms);
 /* Close with a reset (unread data is discarded, the daemon sees ECONNRESET). */
 void sp_reset(sp_peer *p);
