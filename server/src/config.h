@@ -1,7 +1,7 @@
 /*
  * config.h - the configuration of buzz-backfilld: a key = value file (postgresql.conf style),
  * BUZZ_BACKFILL_<KEY> environment variables overriding it, and command-line flags overriding
- * both. One table in config.c lists every key with its type, default and help text; --help,
+ * both. One table in config_keys.c lists every key with its type, default and help text; --help,
  * check-config and docs/service.md follow it.
  *
  * Thread safety: load once in main() before any thread starts; read-only afterwards.
@@ -138,7 +138,5 @@ void srv_config_print(FILE *f, const srv_config *cfg);
 
 /* A libpq URL or key=value conninfo with its password replaced by "****" (bounded). */
 void srv_redact_conninfo(const char *conninfo, char *out, size_t cap);
-
-const char *srv_log_level_name(bf_log_level level);
 
 #endif /* BUZZ_SRV_CONFIG_H */

@@ -19,7 +19,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "log.h"
 
 _Static_assert(6 * (SRV_LOG_MSG_MAX + 3 * SRV_LOG_FIELD_MAX) + 1024 < SRV_LOG_LINE_MAX,
@@ -286,4 +285,36 @@ void srv_log_event(bf_log_level level, bf_event event, const char *fmt, ...)
     va_start(ap, fmt);
     log_vevent(level, event, fmt, ap);
     va_end(ap);
+}
+
+/* ---- levels ------------------------------------------------------------------------------- */
+
+bool srv_log_level_parse(const char *s, bf_log_level *out)
+{
+    if (strcasecmp(s, "debug") == 0)
+        *out = BF_LOG_DEBUG;
+    else if (strcasecmp(s, "info") == 0)
+        *out = BF_LOG_INFO;
+    else if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0)
+        *out = BF_LOG_WARN;
+    else if (strcasecmp(s, "error") == 0)
+        *out = BF_LOG_ERROR;
+    else
+        return false;
+    return true;
+}
+
+const char *srv_log_level_name(bf_log_level level)
+{
+    switch (level) {
+    case BF_LOG_DEBUG:
+        return "debug";
+    case BF_LOG_INFO:
+        return "info";
+    case BF_LOG_WARN:
+        return "warn";
+    case BF_LOG_ERROR:
+        return "error";
+    }
+    return "info";
 }

@@ -51,4 +51,8 @@ size_t srv_log_format_json(char *buf, size_t cap, const bf_log_record *rec,
 size_t srv_log_format_text(char *buf, size_t cap, const bf_log_record *rec,
                            const struct timespec *when, long pid);
 
+/* "debug", "info", "warn", "error"; srv_log_level_parse also takes "warning", any case. */
+const char *srv_log_level_name(bf_log_level level);
+bool srv_log_level_parse(const char *s, bf_log_level *out);
+
 #endif /* BUZZ_SRV_LOG_H */
