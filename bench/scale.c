@@ -32,7 +32,6 @@
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "buzz/engine.h"
 
 #define SCALE_MAX_SAMPLES 100000 /* one a second: 27 hours */
@@ -184,164 +184,43 @@ typedef struct scale_opts {
 
 typedef struct scale_ctx {
     scale_opts opts;
-    char dbname[64];
-    char conninfo[1024];
-    PGconn *admin; /* server-level connection (CREATE/DROP DATABASE) */
-    PGconn *db;    /* connection to the bench database */
+    bench_db pg; /* the private database */
     int run_seq;
 } scale_ctx;
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
-static void scale_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void scale_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fflush(stdout);
-    fprintf(stderr, "scale: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static double scale_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void scale_loadavg(char *out, size_t cap)
-{
-    snprintf(out, cap, "?");
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f == NULL)
-        return;
-    double a = 0, b = 0, c = 0;
-    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
-        snprintf(out, cap, "%.2f %.2f %.2f", a, b, c);
-    fclose(f);
-}
-
-static void scale_exec(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-        scale_die("SQL failed: %s  (%.160s)", PQerrorMessage(c), sql);
-    PQclear(r);
-}
-
-static void scale_execf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void scale_execf(PGconn *c, const char *fmt, ...)
-{
-    char sql[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof sql)
-        scale_die("statement too long");
-    scale_exec(c, sql);
-}
-
-static long long scale_int(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        scale_die("query failed: %s  (%.160s)", PQerrorMessage(c), sql);
-    long long v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return v;
-}
-
-static void scale_text(PGconn *c, const char *sql, char *out, size_t cap)
-{
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        scale_die("query failed: %s  (%.160s)", PQerrorMessage(c), sql);
-    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-}
-
-static PGconn *scale_connect(const char *conninfo)
-{
-    PGconn *c = PQconnectdb(conninfo);
-    if (PQstatus(c) != CONNECTION_OK)
-        scale_die("cannot connect: %s", PQerrorMessage(c));
-    scale_exec(c, "SET client_min_messages = warning");
-    return c;
-}
-
 /* ---- the private database and the table ---------------------------------------------------- */
-
-static void scale_db_create(scale_ctx *b)
-{
-    snprintf(b->dbname, sizeof b->dbname, "buzz_scale_%ld", (long)getpid());
-    b->admin = scale_connect(b->opts.url);
-    scale_execf(b->admin, "DROP DATABASE IF EXISTS %s", b->dbname);
-    scale_execf(b->admin, "CREATE DATABASE %s TEMPLATE template0", b->dbname);
-    /* the same server and credentials, another database */
-    PQconninfoOption *opts = PQconninfoParse(b->opts.url, NULL);
-    if (opts == NULL)
-        scale_die("cannot parse the connection URL");
-    size_t off = 0;
-    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
-        if (o->val == NULL || strcmp(o->keyword, "dbname") == 0)
-            continue;
-        off += (size_t)snprintf(b->conninfo + off, sizeof b->conninfo - off, "%s='%s' ", o->keyword,
-                                o->val);
-        if (off >= sizeof b->conninfo)
-            scale_die("connection string too long");
-    }
-    PQconninfoFree(opts);
-    snprintf(b->conninfo + off, sizeof b->conninfo - off, "dbname='%s'", b->dbname);
-    b->db = scale_connect(b->conninfo);
-}
-
-static void scale_db_drop(scale_ctx *b)
-{
-    if (b->db != NULL)
-        PQfinish(b->db);
-    b->db = NULL;
-    if (b->admin != NULL) {
-        scale_execf(b->admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)", b->dbname);
-        PQfinish(b->admin);
-    }
-    b->admin = NULL;
-}
 
 /* A freshly built table: loaded, primary key built, vacuumed and analyzed, flushed by a
  * checkpoint so that the run does not pay for the load. Autovacuum stays at the server's
  * defaults. Returns the seconds the build took. */
 static double scale_table_build(scale_ctx *b, const scale_shape *s)
 {
-    double t0 = scale_now();
-    scale_exec(b->db, "DROP TABLE IF EXISTS bench_events");
-    scale_execf(b->db, "CREATE TABLE bench_events (%s" SCALE_COLS ")", s->key_sql);
+    double t0 = bench_now();
+    bench_exec(b->pg.db, "DROP TABLE IF EXISTS bench_events");
+    bench_execf(b->pg.db, "CREATE TABLE bench_events (%s" SCALE_COLS ")", s->key_sql);
     /* content: 384 bytes that do not compress much (TOAST compresses from about 2 kB) */
-    scale_execf(b->db,
+    bench_execf(b->pg.db,
                 "INSERT INTO bench_events (%s, kind, content)"
                 " SELECT %s, (g %% 7)::integer, repeat(md5(g::text), 12)"
                 " FROM generate_series(1, %ld) g",
                 s->key_cols, s->key_gen, b->opts.rows);
-    scale_execf(b->db, "ALTER TABLE bench_events ADD %s", s->pk);
-    scale_exec(b->db, "VACUUM (ANALYZE) bench_events");
-    scale_exec(b->db, "CHECKPOINT");
-    return scale_now() - t0;
+    bench_execf(b->pg.db, "ALTER TABLE bench_events ADD %s", s->pk);
+    bench_exec(b->pg.db, "VACUUM (ANALYZE) bench_events");
+    bench_exec(b->pg.db, "CHECKPOINT");
+    return bench_now() - t0;
 }
 
 /* Every row repaired, none left; the table dropped. */
 static void scale_table_check_drop(scale_ctx *b, const char *variant)
 {
-    long long bad = scale_int(b->db, "SELECT count(*) FROM bench_events"
-                                     " WHERE kind_norm IS DISTINCT FROM kind");
+    long long bad = bench_int(b->pg.db, "SELECT count(*) FROM bench_events"
+                                        " WHERE kind_norm IS DISTINCT FROM kind");
     if (bad != 0)
-        scale_die("%s left %lld rows unrepaired", variant, bad);
-    scale_exec(b->db, "DROP TABLE bench_events");
-    scale_exec(b->db, "DROP TABLE IF EXISTS bench_checkpoint");
+        bench_die("%s left %lld rows unrepaired", variant, bad);
+    bench_exec(b->pg.db, "DROP TABLE bench_events");
+    bench_exec(b->pg.db, "DROP TABLE IF EXISTS bench_checkpoint");
 }
 
 /* ---- the monitor: progress once a second, the ANALYZE -------------------------------------- */
@@ -391,18 +270,18 @@ static bool scale_analyze_poll(scale_monitor *m, PGconn *a, bool block)
             snprintf(m->error, sizeof m->error, "ANALYZE failed: %s", PQerrorMessage(a));
         PQclear(r);
     }
-    m->analyze_done = scale_now() - m->t0;
+    m->analyze_done = bench_now() - m->t0;
     return true;
 }
 
 static void *scale_monitor_main(void *arg)
 {
     scale_monitor *m = arg;
-    PGconn *c = scale_connect(m->conninfo), *a = scale_connect(m->conninfo);
+    PGconn *c = bench_connect(m->conninfo), *a = bench_connect(m->conninfo);
     bool analyze_pending = false;
     for (int tick = 1; !atomic_load(&m->stop); tick++) {
         /* wake at whole seconds of the batch phase */
-        double wait = m->t0 + tick - scale_now();
+        double wait = m->t0 + tick - bench_now();
         if (wait > 0) {
             struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
             nanosleep(&ts, NULL);
@@ -410,13 +289,13 @@ static void *scale_monitor_main(void *arg)
         if (atomic_load(&m->stop))
             break;
         long rows = scale_monitor_rows(c, m->query);
-        double t = scale_now() - m->t0;
+        double t = bench_now() - m->t0;
         if (rows >= 0 && m->nsamples < SCALE_MAX_SAMPLES)
             m->samples[m->nsamples++] = (scale_sample){t, rows};
         if (m->analyze_sent < 0 && rows >= m->analyze_rows) {
             if (!PQsendQuery(a, "ANALYZE bench_events"))
-                scale_die("cannot send the ANALYZE: %s", PQerrorMessage(a));
-            m->analyze_sent = scale_now() - m->t0;
+                bench_die("cannot send the ANALYZE: %s", PQerrorMessage(a));
+            m->analyze_sent = bench_now() - m->t0;
             m->analyze_at_rows = rows;
             analyze_pending = true;
         }
@@ -432,7 +311,7 @@ static void *scale_monitor_main(void *arg)
 
 static void scale_monitor_start(scale_monitor *m, const scale_ctx *b, const char *query, double t0)
 {
-    *m = (scale_monitor){.conninfo = b->conninfo,
+    *m = (scale_monitor){.conninfo = b->pg.conninfo,
                          .analyze_rows = (long)((double)b->opts.rows * b->opts.analyze_at),
                          .t0 = t0,
                          .analyze_sent = -1,
@@ -440,11 +319,11 @@ static void scale_monitor_start(scale_monitor *m, const scale_ctx *b, const char
     snprintf(m->query, sizeof m->query, "%s", query);
     m->samples = calloc(SCALE_MAX_SAMPLES + 2, sizeof m->samples[0]);
     if (m->samples == NULL)
-        scale_die("out of memory");
+        bench_die("out of memory");
     m->samples[m->nsamples++] = (scale_sample){0, 0};
     atomic_init(&m->stop, false);
     if (pthread_create(&m->thread, NULL, scale_monitor_main, m) != 0)
-        scale_die("cannot start the monitor thread");
+        bench_die("cannot start the monitor thread");
 }
 
 /* Stop the monitor at the end of the batch phase (t1, all rows done). */
@@ -454,7 +333,7 @@ static void scale_monitor_stop(scale_monitor *m, double t1, long rows)
     pthread_join(m->thread, NULL);
     m->samples[m->nsamples++] = (scale_sample){t1 - m->t0, rows};
     if (m->error[0] != '\0')
-        scale_die("%s", m->error);
+        bench_die("%s", m->error);
 }
 
 /* ---- one variant's result -------------------------------------------------------------------- */
@@ -471,12 +350,6 @@ typedef struct scale_result {
     char load_before[32], load_after[32];
     double build_seconds;
 } scale_result;
-
-static int scale_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* rows done at time t, interpolated between the samples */
 static double scale_rows_at(const scale_monitor *m, double t)
@@ -510,7 +383,7 @@ static void scale_windows(scale_result *r, const scale_monitor *m, int window)
         return;
     double sorted[SCALE_MAX_WINDOWS];
     memcpy(sorted, r->windows, (size_t)r->nwindows * sizeof sorted[0]);
-    qsort(sorted, (size_t)r->nwindows, sizeof sorted[0], scale_cmp_double);
+    qsort(sorted, (size_t)r->nwindows, sizeof sorted[0], bench_cmp_double);
     int n = r->nwindows;
     r->slowest = sorted[0];
     r->median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
@@ -525,13 +398,13 @@ static void scale_finish(scale_result *r, scale_monitor *m, const scale_ctx *b, 
     r->analyze_sent = m->analyze_sent;
     r->analyze_done = m->analyze_done;
     r->analyze_at_rows = m->analyze_at_rows;
-    r->autovacuums = scale_int(b->db, "SELECT autovacuum_count FROM pg_stat_user_tables"
-                                      " WHERE relname = 'bench_events'") -
+    r->autovacuums = bench_int(b->pg.db, "SELECT autovacuum_count FROM pg_stat_user_tables"
+                                         " WHERE relname = 'bench_events'") -
                      av0;
-    r->autoanalyzes = scale_int(b->db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
-                                       " WHERE relname = 'bench_events'") -
+    r->autoanalyzes = bench_int(b->pg.db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
+                                          " WHERE relname = 'bench_events'") -
                       aa0;
-    scale_loadavg(r->load_after, sizeof r->load_after);
+    bench_loadavg(r->load_after, sizeof r->load_after);
     free(m->samples);
 }
 
@@ -561,10 +434,10 @@ static void scale_engine(scale_ctx *b, const scale_shape *s, scale_result *r)
     bf_registry *reg = NULL;
     char diag[BF_DIAG_MAX] = "";
     if (bf_registry_new(&reg) != BF_OK || bf_registry_add(reg, &def, diag, sizeof diag) != BF_OK)
-        scale_die("registry: %s", diag);
+        bench_die("registry: %s", diag);
     /* the production settings: every timeout, step_ms and step_batches at their defaults */
     bf_config cfg = {
-        .conninfo = b->conninfo, .owner = "bench-worker", .log = scale_log, .log_arg = b};
+        .conninfo = b->pg.conninfo, .owner = "bench-worker", .log = scale_log, .log_arg = b};
     bf_engine *e = NULL;
     bf_err err = bf_engine_open(&e, &cfg, reg);
     if (err == BF_OK)
@@ -581,40 +454,40 @@ static void scale_engine(scale_ctx *b, const scale_shape *s, scale_result *r)
     if (err == BF_OK)
         err = bf_worker_claim(w, id, NULL);
     if (err != BF_OK)
-        scale_die("engine setup: %s: %s", bf_err_str(err), e ? bf_engine_diag(e) : "");
+        bench_die("engine setup: %s: %s", bf_err_str(err), e ? bf_engine_diag(e) : "");
 
-    long long av0 = scale_int(b->db, "SELECT autovacuum_count FROM pg_stat_user_tables"
-                                     " WHERE relname = 'bench_events'");
-    long long aa0 = scale_int(b->db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
-                                     " WHERE relname = 'bench_events'");
+    long long av0 = bench_int(b->pg.db, "SELECT autovacuum_count FROM pg_stat_user_tables"
+                                        " WHERE relname = 'bench_events'");
+    long long aa0 = bench_int(b->pg.db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
+                                        " WHERE relname = 'bench_events'");
     char query[256];
     snprintf(query, sizeof query, "SELECT rows_covered FROM buzz_backfill.backfill WHERE id = '%s'",
              id);
     scale_monitor m;
-    double t0 = scale_now(), t1 = 0;
+    double t0 = bench_now(), t1 = 0;
     scale_monitor_start(&m, b, query, t0);
     bf_step_info info;
     for (;;) {
         err = bf_worker_step(w, &info);
         if (err != BF_OK)
-            scale_die("engine step: %s: %s", bf_err_str(err), bf_engine_diag(e));
+            bench_die("engine step: %s: %s", bf_err_str(err), bf_engine_diag(e));
         if (info.step == BF_STEP_BATCH)
             continue;
         if (info.step == BF_STEP_VALIDATING && t1 == 0) {
-            t1 = scale_now();
+            t1 = bench_now();
             scale_monitor_stop(&m, t1, b->opts.rows);
             continue; /* validation is not part of the batch phase */
         }
         if (info.step == BF_STEP_COMPLETED)
             break;
-        scale_die("engine: unexpected step %s: %s", bf_step_name(info.step), info.detail);
+        bench_die("engine: unexpected step %s: %s", bf_step_name(info.step), info.detail);
     }
     scale_finish(r, &m, b, t1 - t0, av0, aa0);
     bf_backfill row;
     err = bf_get(e, id, &row);
     if (err != BF_OK || row.state != BF_STATE_COMPLETED || row.rows_committed != b->opts.rows ||
         row.rows_covered != b->opts.rows)
-        scale_die("engine run: %lld rows changed, %lld covered, expected %ld each",
+        bench_die("engine run: %lld rows changed, %lld covered, expected %ld each",
                   (long long)row.rows_committed, (long long)row.rows_covered, b->opts.rows);
     bf_worker_free(w);
     bf_engine_close(e);
@@ -625,28 +498,28 @@ static void scale_engine(scale_ctx *b, const scale_shape *s, scale_result *r)
 
 static void scale_loop(scale_ctx *b, const scale_shape *s, scale_result *r)
 {
-    scale_exec(b->db, "DROP TABLE IF EXISTS bench_checkpoint");
-    scale_exec(b->db, s->checkpoint_sql);
-    scale_exec(b->db, s->procedure_sql);
-    long long av0 = scale_int(b->db, "SELECT autovacuum_count FROM pg_stat_user_tables"
-                                     " WHERE relname = 'bench_events'");
-    long long aa0 = scale_int(b->db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
-                                     " WHERE relname = 'bench_events'");
+    bench_exec(b->pg.db, "DROP TABLE IF EXISTS bench_checkpoint");
+    bench_exec(b->pg.db, s->checkpoint_sql);
+    bench_exec(b->pg.db, s->procedure_sql);
+    long long av0 = bench_int(b->pg.db, "SELECT autovacuum_count FROM pg_stat_user_tables"
+                                        " WHERE relname = 'bench_events'");
+    long long aa0 = bench_int(b->pg.db, "SELECT autoanalyze_count FROM pg_stat_user_tables"
+                                        " WHERE relname = 'bench_events'");
     /* a fresh session, as the engine's worker gets one */
-    PGconn *c = scale_connect(b->conninfo);
+    PGconn *c = bench_connect(b->pg.conninfo);
     char call[64];
     snprintf(call, sizeof call, "CALL bench_fill(%d)", b->opts.batch);
     scale_monitor m;
-    double t0 = scale_now();
+    double t0 = bench_now();
     scale_monitor_start(&m, b, "SELECT rows_done FROM bench_checkpoint WHERE name = 'fill'", t0);
-    scale_exec(c, call);
-    double t1 = scale_now();
+    bench_exec(c, call);
+    double t1 = bench_now();
     scale_monitor_stop(&m, t1, b->opts.rows);
     PQfinish(c);
     scale_finish(r, &m, b, t1 - t0, av0, aa0);
-    long long done = scale_int(b->db, "SELECT rows_done FROM bench_checkpoint");
+    long long done = bench_int(b->pg.db, "SELECT rows_done FROM bench_checkpoint");
     if (done != b->opts.rows)
-        scale_die("loop changed %lld rows, expected %ld", done, b->opts.rows);
+        bench_die("loop changed %lld rows, expected %ld", done, b->opts.rows);
 }
 
 /* ---- driver ---------------------------------------------------------------------------------- */
@@ -707,13 +580,13 @@ static void scale_print_machine(scale_ctx *b)
     char version[256], settings[512], load[32], date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
-    scale_text(b->db, "SELECT version()", version, sizeof version);
-    scale_text(b->db,
+    bench_text(b->pg.db, "SELECT version()", version, sizeof version);
+    bench_text(b->pg.db,
                "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', '"
                " ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'fsync',"
                " 'synchronous_commit', 'full_page_writes', 'max_wal_size', 'autovacuum')",
                settings, sizeof settings);
-    scale_loadavg(load, sizeof load);
+    bench_loadavg(load, sizeof load);
     printf("date: %s, load average %s\n", date, load);
     printf("machine: nproc=%ld, cpu=%s\n", sysconf(_SC_NPROCESSORS_ONLN), model);
     printf("postgres: %s\n", version);
@@ -771,13 +644,13 @@ static void scale_parse(scale_opts *o, int argc, char **argv)
         case 's': {
             char *list = strdup(optarg), *save = NULL;
             if (list == NULL)
-                scale_die("out of memory");
+                bench_die("out of memory");
             for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
                 int i = 0;
                 while (i < SCALE_NSHAPES && strcmp(shapes[i].name, t) != 0)
                     i++;
                 if (i == SCALE_NSHAPES)
-                    scale_die("unknown shape %s (compound, uuid, bytea)", t);
+                    bench_die("unknown shape %s (compound, uuid, bytea)", t);
                 o->shape_on[i] = true;
                 any_shape = true;
             }
@@ -808,17 +681,18 @@ static void scale_parse(scale_opts *o, int argc, char **argv)
         for (int i = 0; i < SCALE_NSHAPES; i++)
             o->shape_on[i] = true;
     if (o->url == NULL || o->url[0] == '\0')
-        scale_die("no server: pass --url or set BUZZ_BENCH_PG_URL");
+        bench_die("no server: pass --url or set BUZZ_BENCH_PG_URL");
     if (o->rows < 1 || o->batch < 1 || o->batch > BF_BATCH_MAX || o->window < 1 ||
         o->analyze_at < 0 || o->analyze_at > 1)
-        scale_die("bad --rows, --batch (1..%d), --window or --analyze-at (0..100)", BF_BATCH_MAX);
+        bench_die("bad --rows, --batch (1..%d), --window or --analyze-at (0..100)", BF_BATCH_MAX);
 }
 
 int main(int argc, char **argv)
 {
+    bench_set_name("scale");
     scale_ctx b = {0};
     scale_parse(&b.opts, argc, argv);
-    scale_db_create(&b);
+    bench_db_create(&b.pg, b.opts.url, "buzz_scale");
     scale_print_machine(&b);
     fflush(stdout);
 
@@ -834,7 +708,7 @@ int main(int argc, char **argv)
             int v = (k + n + b.opts.loop_first) % 2;
             scale_result *r = &res[i][v];
             r->build_seconds = scale_table_build(&b, s);
-            scale_loadavg(r->load_before, sizeof r->load_before);
+            bench_loadavg(r->load_before, sizeof r->load_before);
             if (v == 0)
                 scale_engine(&b, s, r);
             else
@@ -854,6 +728,6 @@ int main(int argc, char **argv)
     printf("summary: engine >= 0.9x the loop for every shape: %s; slowest window >= 0.5x the"
            " median for every variant: %s\n",
            scale_verdict(ratio_ok), scale_verdict(window_ok));
-    scale_db_drop(&b);
+    bench_db_drop(&b.pg);
     return 0;
 }

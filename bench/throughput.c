@@ -18,13 +18,13 @@
  */
 #include <getopt.h>
 #include <libpq-fe.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "buzz/engine.h"
 
 #define BENCH_MAX_REPS    15
@@ -41,31 +41,9 @@ typedef struct bench_opts {
 
 typedef struct bench_ctx {
     bench_opts opts;
-    char dbname[64];
-    char conninfo[1024];
-    PGconn *admin; /* server-level connection (CREATE/DROP DATABASE) */
-    PGconn *db;    /* connection to the bench database */
+    bench_db pg; /* the private database */
     int run_seq;
 } bench_ctx;
-
-static void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void bench_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "throughput: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* One timed run: wall seconds, and CPU seconds of the PostgreSQL backend that did the work
  * (from /proc when the server runs on this host; negative when unknown). */
@@ -92,115 +70,31 @@ static double bench_backend_cpu(long pid)
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static void bench_exec(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-        bench_die("SQL failed: %s  (%.120s)", PQerrorMessage(c), sql);
-    PQclear(r);
-}
-
-static void bench_execf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bench_execf(PGconn *c, const char *fmt, ...)
-{
-    char sql[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    bench_exec(c, sql);
-}
-
-static long long bench_int(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        bench_die("query failed: %s  (%.120s)", PQerrorMessage(c), sql);
-    long long v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return v;
-}
-
-static void bench_text(PGconn *c, const char *sql, char *out, size_t cap)
-{
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        bench_die("query failed: %s  (%.120s)", PQerrorMessage(c), sql);
-    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-}
-
-static PGconn *bench_connect(const char *conninfo)
-{
-    PGconn *c = PQconnectdb(conninfo);
-    if (PQstatus(c) != CONNECTION_OK)
-        bench_die("cannot connect: %s", PQerrorMessage(c));
-    bench_exec(c, "SET client_min_messages = warning");
-    return c;
-}
-
 /* ---- the private database and the table -------------------------------------------------- */
-
-static void bench_db_create(bench_ctx *b)
-{
-    snprintf(b->dbname, sizeof b->dbname, "buzz_bench_%ld", (long)getpid());
-    b->admin = bench_connect(b->opts.url);
-    bench_execf(b->admin, "DROP DATABASE IF EXISTS %s", b->dbname);
-    bench_execf(b->admin, "CREATE DATABASE %s TEMPLATE template0", b->dbname);
-    /* the same server and credentials, another database: a later dbname keyword wins */
-    PQconninfoOption *opts = PQconninfoParse(b->opts.url, NULL);
-    if (opts == NULL)
-        bench_die("cannot parse the connection URL");
-    size_t off = 0;
-    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
-        if (o->val == NULL || strcmp(o->keyword, "dbname") == 0)
-            continue;
-        off += (size_t)snprintf(b->conninfo + off, sizeof b->conninfo - off, "%s='%s' ", o->keyword,
-                                o->val);
-        if (off >= sizeof b->conninfo)
-            bench_die("connection string too long");
-    }
-    PQconninfoFree(opts);
-    snprintf(b->conninfo + off, sizeof b->conninfo - off, "dbname='%s'", b->dbname);
-    b->db = bench_connect(b->conninfo);
-}
-
-static void bench_db_drop(bench_ctx *b)
-{
-    if (b->db != NULL)
-        PQfinish(b->db);
-    b->db = NULL;
-    if (b->admin != NULL) {
-        bench_execf(b->admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)", b->dbname);
-        PQfinish(b->admin);
-    }
-    b->admin = NULL;
-}
 
 /* Every variant starts from this state: freshly loaded, vacuumed (visibility map and hint bits
  * set), analyzed, and flushed by a checkpoint so the run does not pay for the load. */
 static void bench_table_reset(bench_ctx *b)
 {
-    bench_exec(b->db, "DROP TABLE IF EXISTS bench_items");
+    bench_exec(b->pg.db, "DROP TABLE IF EXISTS bench_items");
     /* no autovacuum: a vacuum of the half-updated table started by the launcher in the middle
      * of one variant's run (and not another's) took a CPU from it on this 2-vCPU machine and
      * moved single runs by up to 30 %; every variant starts from the vacuumed table instead */
-    bench_exec(b->db, "CREATE TABLE bench_items (id bigint PRIMARY KEY, val integer NOT NULL,"
-                      " target integer) WITH (autovacuum_enabled = false)");
-    bench_execf(b->db,
+    bench_exec(b->pg.db, "CREATE TABLE bench_items (id bigint PRIMARY KEY, val integer NOT NULL,"
+                         " target integer) WITH (autovacuum_enabled = false)");
+    bench_execf(b->pg.db,
                 "INSERT INTO bench_items (id, val) SELECT g, (g %% 1000)::integer"
                 " FROM generate_series(1, %ld) g",
                 b->opts.rows);
-    bench_exec(b->db, "VACUUM (ANALYZE) bench_items");
-    bench_exec(b->db, "CHECKPOINT");
+    bench_exec(b->pg.db, "VACUUM (ANALYZE) bench_items");
+    bench_exec(b->pg.db, "CHECKPOINT");
 }
 
 /* Every row repaired exactly as asked, none left. */
 static void bench_table_check(bench_ctx *b, const char *variant)
 {
-    long long bad = bench_int(b->db, "SELECT count(*) FROM bench_items"
-                                     " WHERE target IS DISTINCT FROM val * 2");
+    long long bad = bench_int(b->pg.db, "SELECT count(*) FROM bench_items"
+                                        " WHERE target IS DISTINCT FROM val * 2");
     if (bad != 0)
         bench_die("%s left %lld rows unrepaired", variant, bad);
 }
@@ -234,7 +128,7 @@ static bench_sample bench_engine(bench_ctx *b, int batch)
     char diag[BF_DIAG_MAX] = "";
     if (bf_registry_new(&reg) != BF_OK || bf_registry_add(reg, &def, diag, sizeof diag) != BF_OK)
         bench_die("registry: %s", diag);
-    bf_config cfg = {.conninfo = b->conninfo,
+    bf_config cfg = {.conninfo = b->pg.conninfo,
                      .owner = "bench-worker",
                      .statement_timeout_ms = 60000,
                      .log = bench_log,
@@ -259,8 +153,8 @@ static bench_sample bench_engine(bench_ctx *b, int batch)
 
     /* the engine's backend: the only buzz-backfill session on the bench database */
     long pid =
-        (long)bench_int(b->db, "SELECT pid FROM pg_stat_activity WHERE datname ="
-                               " current_database() AND application_name LIKE 'buzz-backfill%'");
+        (long)bench_int(b->pg.db, "SELECT pid FROM pg_stat_activity WHERE datname ="
+                                  " current_database() AND application_name LIKE 'buzz-backfill%'");
     if (b->opts.verbose)
         fprintf(stderr, "[engine] backend pid %ld\n", pid);
     bf_step_info info;
@@ -330,7 +224,7 @@ static const char procedure_sql[] =
  * connection setup and first touch of shared memory, outside the timed part. */
 static bench_sample bench_timed_session(bench_ctx *b, const char *label, const char *sql)
 {
-    PGconn *c = bench_connect(b->conninfo);
+    PGconn *c = bench_connect(b->pg.conninfo);
     long pid = PQbackendPID(c);
     if (b->opts.verbose)
         fprintf(stderr, "[%s] backend pid %ld\n", label, pid);
@@ -344,15 +238,15 @@ static bench_sample bench_timed_session(bench_ctx *b, const char *label, const c
 
 static bench_sample bench_procedure(bench_ctx *b, int batch)
 {
-    bench_exec(b->db, "DROP TABLE IF EXISTS bench_checkpoint");
-    bench_exec(b->db, "CREATE TABLE bench_checkpoint (name text PRIMARY KEY, last_id bigint"
-                      " NOT NULL, rows_done bigint NOT NULL, batches bigint NOT NULL)");
-    bench_exec(b->db, "INSERT INTO bench_checkpoint VALUES ('fill', 0, 0, 0)");
-    bench_exec(b->db, procedure_sql);
+    bench_exec(b->pg.db, "DROP TABLE IF EXISTS bench_checkpoint");
+    bench_exec(b->pg.db, "CREATE TABLE bench_checkpoint (name text PRIMARY KEY, last_id bigint"
+                         " NOT NULL, rows_done bigint NOT NULL, batches bigint NOT NULL)");
+    bench_exec(b->pg.db, "INSERT INTO bench_checkpoint VALUES ('fill', 0, 0, 0)");
+    bench_exec(b->pg.db, procedure_sql);
     char call[64];
     snprintf(call, sizeof call, "CALL bench_fill(%d)", batch);
     bench_sample t = bench_timed_session(b, "procedure", call);
-    long long done = bench_int(b->db, "SELECT rows_done FROM bench_checkpoint");
+    long long done = bench_int(b->pg.db, "SELECT rows_done FROM bench_checkpoint");
     if (done != b->opts.rows)
         bench_die("procedure repaired %lld rows, expected %ld", done, b->opts.rows);
     return t;
@@ -367,12 +261,6 @@ static bench_sample bench_ceiling(bench_ctx *b)
 }
 
 /* ---- driver ---------------------------------------------------------------------------------- */
-
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median wall and median backend CPU of n samples (CPU negative when any is unknown). */
 static bench_sample bench_median(const bench_sample *v, int n)
@@ -421,8 +309,8 @@ static void bench_print_machine(bench_ctx *b)
         fclose(f);
     }
     char version[256], settings[512];
-    bench_text(b->db, "SELECT version()", version, sizeof version);
-    bench_text(b->db,
+    bench_text(b->pg.db, "SELECT version()", version, sizeof version);
+    bench_text(b->pg.db,
                "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', '"
                " ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'fsync',"
                " 'synchronous_commit', 'full_page_writes', 'max_wal_size', 'wal_level')",
@@ -506,9 +394,10 @@ static void bench_parse(bench_opts *o, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    bench_set_name("throughput");
     bench_ctx b = {0};
     bench_parse(&b.opts, argc, argv);
-    bench_db_create(&b);
+    bench_db_create(&b.pg, b.opts.url, "buzz_bench");
     bench_print_machine(&b);
     fflush(stdout);
 
@@ -571,6 +460,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < nb; i++)
         printf("ratio engine/ceiling at batch %d: %.2f\n", b.opts.batches[i],
                c.wall / bench_median(engine[i], reps).wall);
-    bench_db_drop(&b);
+    bench_db_drop(&b.pg);
     return 0;
 }
