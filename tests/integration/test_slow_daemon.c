@@ -72,15 +72,9 @@ static void wait_metrics(int port, const char *workers, const char *total)
     char g[128], t[128];
     snprintf(g, sizeof g, "buzz_backfill_slow_workers{reason=\"batch_time\"} %s\n", workers);
     snprintf(t, sizeof t, "buzz_backfill_slow_total{reason=\"batch_time\"} %s\n", total);
-    for (int i = 0; i < 200; i++) {
-        th_response r = th_get("127.0.0.1", port, "/metrics");
-        bool seen = r.status == 200 && strstr(r.body, g) != NULL && strstr(r.body, t) != NULL;
-        th_response_fini(&r);
-        if (seen)
-            return;
-        bd_sleep_ms(50);
-    }
-    fail_msg("/metrics never showed %s and %s", g, t);
+    const char *const want[] = {g, t};
+    if (!th_wait_body("127.0.0.1", port, "/metrics", want, 2, 10000))
+        fail_msg("/metrics never showed %s and %s", g, t);
 }
 
 static void buzzctl(char *out, size_t cap, const char *args)

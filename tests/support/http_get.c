@@ -130,3 +130,21 @@ void th_response_fini(th_response *r)
     free(r->body);
     r->body = NULL;
 }
+
+bool th_wait_body(const char *host, int port, const char *target, const char *const *needles,
+                  size_t n, int wait_ms)
+{
+    for (int waited = 0;; waited += 50) {
+        th_response r = th_get(host, port, target);
+        bool seen = r.status == 200;
+        for (size_t i = 0; seen && i < n; i++)
+            seen = strstr(r.body, needles[i]) != NULL;
+        th_response_fini(&r);
+        if (seen)
+            return true;
+        if (waited >= wait_ms)
+            return false;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}

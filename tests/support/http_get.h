@@ -6,6 +6,7 @@
 #ifndef BUZZ_TEST_HTTP_GET_H
 #define BUZZ_TEST_HTTP_GET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct th_response {
@@ -21,5 +22,10 @@ th_response th_request(const char *method, const char *host, int port, const cha
                        int timeout_ms);
 th_response th_get(const char *host, int port, const char *target);
 void th_response_fini(th_response *r);
+
+/* Poll GET target (every 50 ms, for at most wait_ms) until a 200 answer's body contains every
+ * one of the n needles; false when none did in time. */
+bool th_wait_body(const char *host, int port, const char *target, const char *const *needles,
+                  size_t n, int wait_ms);
 
 #endif
