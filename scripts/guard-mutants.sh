@@ -87,6 +87,7 @@ REG = "engine/src/compile.c"
 WRK = "engine/src/worker.c"
 AUDIT = "CREATE TABLE buzz_backfill.audit ("
 REQUEST = "CREATE TABLE buzz_backfill.request ("
+PROGRESS = "CREATE TABLE buzz_backfill.validation_progress ("
 
 def check(name, *anchors):
     """A CHECK neutralized in place: CHECK (true OR <expr>) keeps its name and column."""
@@ -134,6 +135,7 @@ MUTANTS = [
     check("request_action_check", REQUEST, "  action text"),
     check("request_backfill_id_check", REQUEST, "  backfill_id text"),
     check("request_detail_check", REQUEST, "  detail text"),
+    check("validation_progress_owner_check", PROGRESS, "  owner text"),
     # triggers: the live guard_1_completed is the one migration 5 recreated
     ("guard_1_completed", "schema", "", [(MIG, ["static const char m5_rename_truncate[]"],
         "WHEN (OLD.state = 'completed' AND", "WHEN (false AND OLD.state = 'completed' AND")]),

@@ -76,16 +76,27 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     out->last_progress_at = bf__field_i64(r, row, c++);
     out->has_completed_at = !bf__isnull(r, row, c);
     out->completed_at = bf__field_i64(r, row, c++);
+    bf_validation_progress *vp = &out->validation_progress;
+    vp->present = !bf__isnull(r, row, c);
+    bf__copy(vp->owner, sizeof vp->owner, bf__field(r, row, c++));
+    vp->lifecycle = bf__field_bool(r, row, c++);
+    vp->running = bf__field_bool(r, row, c++);
+    vp->started_at = bf__field_i64(r, row, c++);
+    vp->updated_at = bf__field_i64(r, row, c++);
+    vp->has_finished_at = vp->finished = !bf__isnull(r, row, c);
+    vp->finished_at = bf__field_i64(r, row, c++);
+    vp->rows_checked = bf__field_i64(r, row, c++);
+    vp->rows_needing_repair = bf__field_i64(r, row, c++);
     out->now = bf__field_i64(r, row, c++);
 }
 
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
 {
     static const char get_sql[] =
-        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b WHERE b.id = $1";
+        "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1";
     static const char get_for_update_sql[] =
-        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b WHERE b.id = $1"
-        " FOR UPDATE";
+        "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1"
+        " FOR UPDATE OF b";
     const char *sql = for_update ? get_for_update_sql : get_sql;
     PGresult *r = NULL;
     const char *params[] = {id};
@@ -123,7 +134,7 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     if (err != BF_OK)
         return err;
     static const char sql[] =
-        "SELECT " BF_BACKFILL_COLUMNS " FROM buzz_backfill.backfill b"
+        "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM
         " WHERE ($1::text IS NULL OR b.state = $1) AND ($2::text IS NULL OR b.id > $2)"
         " ORDER BY b.id LIMIT $3::integer";
     char lim[16];

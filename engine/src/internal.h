@@ -259,8 +259,8 @@ const char *bf__error_class_name(bf_err err);
 
 /* ---- read model (backfill.c) ----------------------------------------------------------- */
 
-/* The column list bf__row_from_result() expects, for "SELECT " BF_BACKFILL_COLUMNS " FROM
- * buzz_backfill.backfill b". Timestamps travel as microseconds since the epoch; NULL stays NULL
+/* The column list bf__row_from_result() expects, for "SELECT " BF_BACKFILL_COLUMNS " FROM "
+ * BF_BACKFILL_FROM. Timestamps travel as microseconds since the epoch; NULL stays NULL
  * (unknown). A literal, so that every statement using it is one too. */
 #define BF_BACKFILL_COLUMNS                                                                        \
     "b.id,"                                                                                        \
@@ -304,7 +304,20 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM b.started_at) * 1000000)::bigint,"                                       \
     " (extract(epoch FROM b.last_progress_at) * 1000000)::bigint,"                                 \
     " (extract(epoch FROM b.completed_at) * 1000000)::bigint,"                                     \
+    " v.owner," /* validation progress: running while unfinished and not expired */                \
+    " v.lifecycle,"                                                                                \
+    " (v.finished_at IS NULL AND v.expires_at > clock_timestamp()),"                               \
+    " (extract(epoch FROM v.started_at) * 1000000)::bigint,"                                       \
+    " (extract(epoch FROM v.updated_at) * 1000000)::bigint,"                                       \
+    " (extract(epoch FROM v.finished_at) * 1000000)::bigint,"                                      \
+    " v.rows_checked,"                                                                             \
+    " v.rows_needing_repair,"                                                                      \
     " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+/* The relations BF_BACKFILL_COLUMNS reads: the row (b) and its validation progress (v). A
+ * locking read names b ("FOR UPDATE OF b"): v is the nullable side of the join. */
+#define BF_BACKFILL_FROM                                                                           \
+    "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
+    " ON v.backfill_id = b.id"
 /* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
@@ -356,6 +369,7 @@ typedef struct bf_validation_run {
     bf_validation_outcome outcome;
     bf_err verdict; /* BF_OK, BF_ERR_VALIDATION_FAILED, BF_ERR_PREREQUISITE, or a run error */
     long long bad;  /* declarative: rows found still needing repair */
+    long checked;   /* keys the finished chunks read */
     char detail[BF_DIAG_MAX];
 } bf_validation_run;
 
@@ -365,10 +379,13 @@ typedef bf_err (*bf_chunk_gate_fn)(void *arg);
 /*
  * Run the definition's read-only validation from the first key through the bound, one READ
  * ONLY transaction per chunk. Returns BF_OK when the run reached a verdict (in run->verdict);
- * an error when it could not run (connection, timeout, abandoned).
+ * an error when it could not run (connection, timeout, abandoned). Records its progress in
+ * buzz_backfill.validation_progress as it goes (lifecycle: a worker's validation of a
+ * validating row, else an explicit one), finished when it returns.
  */
-bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound, bool bound_empty,
-                          bf_chunk_gate_fn gate, void *gate_arg, bf_validation_run *run);
+bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, bool lifecycle, const char *bound,
+                          bool bound_empty, bf_chunk_gate_fn gate, void *gate_arg,
+                          bf_validation_run *run);
 
 /* Advisory lock serialising validation per stable ID (session level). */
 bf_err bf__validation_lock(bf_engine *e, const char *id, bool *acquired);

@@ -231,6 +231,25 @@ static const char m8_digest[] =
     "ALTER TABLE buzz_backfill.backfill ADD COLUMN definition_digest text"
     "  CONSTRAINT definition_digest_format CHECK (definition_digest ~ '^[0-9a-f]{64}$');";
 
+/* Version 9: the progress of a running validation (validate.c), one row per stable ID, written
+ * by the validator between its chunks (autocommitted, at most about once a second) and marked
+ * finished when the run ends. A table of its own: the validator never waits on the row lock a
+ * worker's batch holds on the backfill row, and no guard of that row is involved. A validator
+ * that crashed or stopped leaves its row unfinished; expires_at (its last write plus its lease
+ * and statement timeout) tells readers that it is no longer running. */
+static const char m9_validation_progress[] =
+    "CREATE TABLE buzz_backfill.validation_progress ("
+    "  backfill_id text PRIMARY KEY,"
+    "  owner text NOT NULL CHECK (octet_length(owner) < 128),"
+    "  lifecycle boolean NOT NULL,"
+    "  started_at timestamptz NOT NULL,"
+    "  rows_checked bigint NOT NULL,"
+    "  rows_needing_repair bigint NOT NULL,"
+    "  updated_at timestamptz NOT NULL,"
+    "  expires_at timestamptz NOT NULL,"
+    "  finished_at timestamptz"
+    ");";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
@@ -240,6 +259,7 @@ static const migration migrations[] = {
     {6, "throttling state", m6_throttle},
     {7, "slow batches", m7_slow},
     {8, "definition digest", m8_digest},
+    {9, "validation progress", m9_validation_progress},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

@@ -158,8 +158,97 @@ static bf_err chunk_callback(bf_engine *e, const bf_compiled *c, const char *bou
     return err;
 }
 
-bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound, bool bound_empty,
-                          bf_chunk_gate_fn gate, void *gate_arg, bf_validation_run *run)
+/* ---- progress ----------------------------------------------------------------------------
+ *
+ * A running validation records how far it has got in buzz_backfill.validation_progress (schema
+ * version 9), between its chunks and outside their transactions (autocommitted): at the start,
+ * after the first chunk (so a reader sees figures as soon as there are any), then at most once
+ * per PROGRESS_EVERY_US, and finished at the end whatever the outcome. Each write gives the
+ * entry an expiry: the lease plus the statement timeout past it, longer than a live validator
+ * goes between two writes, so the entry of one that crashed or stopped reads as not running.
+ * The validation lock makes the validator the one writer of its ID's entry; a write fences on
+ * its owner and on the entry being unfinished all the same. A failed write is logged and does
+ * not fail the validation (the figures are an observation, not the outcome), and it keeps the
+ * engine's diagnostic of the run. */
+
+#define PROGRESS_EVERY_US 1000000
+
+typedef struct progress_meter {
+    bf_engine *e;
+    const char *id;
+    bool lifecycle;
+    char expiry_ms[24];
+    int64_t written_us; /* monotonic time of the last write, 0 before the first chunk's */
+} progress_meter;
+
+/* $1 id, $2 owner, $3 lifecycle, $4 expiry (ms), $5 rows checked, $6 rows needing repair */
+static void progress_write(progress_meter *m, const char *what, const char *sql, long rows,
+                           long long bad)
+{
+    bf_engine *e = m->e;
+    char diag[sizeof e->diag], sqlstate[sizeof e->sqlstate], nrows[24], nbad[24];
+    memcpy(diag, e->diag, sizeof diag);
+    memcpy(sqlstate, e->sqlstate, sizeof sqlstate);
+    bf__format(nrows, sizeof nrows, "%ld", rows);
+    bf__format(nbad, sizeof nbad, "%lld", bad);
+    const char *params[] = {m->id, e->owner, m->lifecycle ? "t" : "f", m->expiry_ms, nrows, nbad};
+    if (bf__exec0(e, what, sql, 6, params) != BF_OK)
+        bf__log(e, BF_LOG_WARN, "%s: could not record the validation's progress: %s", m->id,
+                e->diag);
+    memcpy(e->diag, diag, sizeof diag);
+    memcpy(e->sqlstate, sqlstate, sizeof sqlstate);
+}
+
+static void progress_begin(progress_meter *m, bf_engine *e, const char *id, bool lifecycle)
+{
+    m->e = e;
+    m->id = id;
+    m->lifecycle = lifecycle;
+    m->written_us = 0;
+    bf__format(m->expiry_ms, sizeof m->expiry_ms, "%lld",
+               (long long)e->lease_ms + e->statement_timeout_ms);
+    progress_write(m, "record validation start",
+                   "INSERT INTO buzz_backfill.validation_progress (backfill_id, owner, lifecycle,"
+                   " started_at, rows_checked, rows_needing_repair, updated_at, expires_at)"
+                   " VALUES ($1, $2, $3::boolean, clock_timestamp(), $5::bigint, $6::bigint,"
+                   " clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 ms')"
+                   " ON CONFLICT (backfill_id) DO UPDATE SET owner = EXCLUDED.owner,"
+                   " lifecycle = EXCLUDED.lifecycle, started_at = EXCLUDED.started_at,"
+                   " rows_checked = 0, rows_needing_repair = 0, updated_at = EXCLUDED.updated_at,"
+                   " expires_at = EXCLUDED.expires_at, finished_at = NULL",
+                   0, 0);
+}
+
+/* After a chunk: rows checked and rows needing repair so far (finished: the run ended). */
+static void progress_update(progress_meter *m, long rows, long long bad, bool finished)
+{
+    int64_t now = bf__monotonic_us();
+    if (!finished && m->written_us != 0 && now - m->written_us < PROGRESS_EVERY_US)
+        return;
+    m->written_us = now;
+    progress_write(m, finished ? "record validation end" : "record validation progress",
+                   finished ? "UPDATE buzz_backfill.validation_progress SET"
+                              " rows_checked = $5::bigint, rows_needing_repair = $6::bigint,"
+                              " updated_at = clock_timestamp(), expires_at = clock_timestamp()"
+                              " + $4::bigint * interval '1 ms', finished_at = clock_timestamp()"
+                              " WHERE backfill_id = $1 AND owner = $2 AND lifecycle = $3::boolean"
+                              " AND finished_at IS NULL"
+                            : "UPDATE buzz_backfill.validation_progress SET"
+                              " rows_checked = $5::bigint, rows_needing_repair = $6::bigint,"
+                              " updated_at = clock_timestamp(), expires_at = clock_timestamp()"
+                              " + $4::bigint * interval '1 ms'"
+                              " WHERE backfill_id = $1 AND owner = $2 AND lifecycle = $3::boolean"
+                              " AND finished_at IS NULL",
+                   rows, bad);
+}
+
+static bf_err validation_chunks(bf_engine *e, const bf_compiled *c, const char *bound,
+                                bf_chunk_gate_fn gate, void *gate_arg, progress_meter *meter,
+                                bf_validation_run *run);
+
+bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, bool lifecycle, const char *bound,
+                          bool bound_empty, bf_chunk_gate_fn gate, void *gate_arg,
+                          bf_validation_run *run)
 {
     memset(run, 0, sizeof *run);
     run->verdict = BF_OK;
@@ -168,6 +257,17 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
         bf__copy(run->detail, sizeof run->detail, "empty source set");
         return BF_OK;
     }
+    progress_meter meter;
+    progress_begin(&meter, e, c->def->id, lifecycle);
+    bf_err err = validation_chunks(e, c, bound, gate, gate_arg, &meter, run);
+    progress_update(&meter, run->checked, run->bad, true);
+    return err;
+}
+
+static bf_err validation_chunks(bf_engine *e, const bf_compiled *c, const char *bound,
+                                bf_chunk_gate_fn gate, void *gate_arg, progress_meter *meter,
+                                bf_validation_run *run)
+{
     const int chunk = chunk_size(c->def);
     char after[BF_KEY_TEXT_MAX] = "";
     bool has_after = false;
@@ -188,6 +288,7 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
         if (err != BF_OK)
             return err;
         total += rows;
+        run->checked = total;
         /* a definition's own check says only that a chunk failed: stop at the first. The
          * declarative check counts, so go on counting the rest through the bound, for at most
          * VALIDATION_COUNT_US more (then the count is a lower bound, and says so) */
@@ -202,6 +303,7 @@ bf_err bf__validation_run(bf_engine *e, const bf_compiled *c, const char *bound,
             counted_all = false;
             break;
         }
+        progress_update(meter, total, run->bad, false); /* more chunks follow */
         bf__copy(after, sizeof after, last);
         has_after = true;
     }
@@ -389,7 +491,7 @@ static bf_err validate_run(validate_ctx *v, bool held)
     } else {
         bf_validation_run run;
         int64_t started_us = bf__monotonic_us();
-        err = bf__validation_run(e, c, bound, empty, NULL, NULL, &run);
+        err = bf__validation_run(e, c, false, bound, empty, NULL, NULL, &run);
         int64_t pass_us = bf__monotonic_us() - started_us;
         if (err != BF_OK) {
             char reason[BF_DIAG_MAX];

@@ -1010,7 +1010,7 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     const bf_compiled *c = w->c;
     bf_validation_run run;
     int64_t started_us = bf__monotonic_us();
-    err = bf__validation_run(e, c, w->bound, w->bound_empty, renew_gate, w, &run);
+    err = bf__validation_run(e, c, true, w->bound, w->bound_empty, renew_gate, w, &run);
     int64_t pass_us = bf__monotonic_us() - started_us;
     if (w->validation_locked) { /* a lost claim released it already */
         bf__validation_unlock(e, w->id);

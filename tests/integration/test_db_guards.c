@@ -230,6 +230,9 @@ typedef struct guard_case {
     "INSERT INTO buzz_backfill.audit (" cols ") VALUES ('" ID_RUNNING "', " values ")"
 #define SET_REQUEST(set)                                                                           \
     "UPDATE buzz_backfill.request SET " set " WHERE request_id = '" REQUEST_ID "'"
+/* the progress of ID_COMPLETED's lifecycle validation (schema version 9), its worker's */
+#define SET_PROGRESS(set)                                                                          \
+    "UPDATE buzz_backfill.validation_progress SET " set " WHERE backfill_id = '" ID_COMPLETED "'"
 #define FIRST_AUDIT                                                                                \
     "(SELECT min(seq) FROM buzz_backfill.audit WHERE backfill_id = '" ID_COMPLETED "')"
 
@@ -461,6 +464,12 @@ static const guard_case guards[] = {
     CHECK_CASE("request", "request_detail_check",
                .refused = {SET_REQUEST("detail = repeat('d', 512)")},
                .legal = SET_REQUEST("detail = repeat('d', 511)")),
+
+    /* ---- validation_progress: a validator's own record, text bounded ---- */
+    /* validation_progress_owner_check: under 128 bytes, like a claim owner */
+    CHECK_CASE("validation_progress", "validation_progress_owner_check",
+               .refused = {SET_PROGRESS("owner = repeat('o', 128)")},
+               .legal = SET_PROGRESS("owner = repeat('o', 127)")),
 
     /* ---- triggers ---- */
     /* guard_1_completed: a completed row's execution state never changes (every column of its

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 8   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 9   /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -216,6 +216,31 @@ const char *bf_validation_outcome_name(bf_validation_outcome outcome);
 
 /* A snapshot of one backfill row. Timestamps are microseconds since the Unix epoch; a has_
  * flag false means unknown or not applicable, never zero. */
+/*
+ * The progress of a validation of one backfill (schema version 9), as its validator last
+ * recorded it between two chunks: written at the start, after the first chunk, then at most
+ * about once a second, and marked finished when the run ends (whatever its outcome). present:
+ * a validation of the row ran since version 9. running: not finished and still within the
+ * allowance its validator gave itself (its lease plus its statement timeout past its last
+ * write); a validator that crashed or stopped leaves an entry that is neither running nor
+ * finished, with its last figures. The rows in the bound are estimated by source_estimate.
+ */
+typedef struct bf_validation_progress {
+    bool present;
+    bool running;
+    bool finished;
+    bool lifecycle;           /* a worker's validation of a validating row; else explicit */
+    char owner[BF_OWNER_MAX]; /* the validator's engine owner (bf_config.owner) */
+    int64_t started_at;       /* microseconds since the Unix epoch, PostgreSQL time */
+    int64_t updated_at;       /* its last write */
+    bool has_finished_at;
+    int64_t finished_at;
+    int64_t rows_checked; /* keys the finished chunks read through the bound */
+    /* rows those chunks found still needing repair (declarative form; a definition's own
+     * validate callback stops at its first failing chunk and counts nothing: 0) */
+    int64_t rows_needing_repair;
+} bf_validation_progress;
+
 typedef struct bf_backfill {
     char id[BF_ID_MAX + 1];
     bf_state state;
@@ -272,6 +297,8 @@ typedef struct bf_backfill {
     char slow_value[64];
     bool has_slow_since;
     int64_t slow_since;
+    /* the latest validation's progress, running or not (see bf_validation_progress) */
+    bf_validation_progress validation_progress;
 
     int64_t registered_at, updated_at;
     bool has_started_at, has_last_progress_at, has_completed_at;
