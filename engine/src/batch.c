@@ -65,6 +65,15 @@ static bf_err pipeline_collect(bf_engine *e, int ncmds, int keep, PGresult **kep
 /* Create the definition's batch loop procedure on this connection, once per session. */
 static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
 {
+    if (index >= e->nprepared) { /* a definition that joined after the engine opened */
+        size_t n = bf_registry_count(e->reg);
+        unsigned char *grown = realloc(e->prepared, n);
+        if (grown == NULL)
+            return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+        memset(grown + e->nprepared, 0, n - e->nprepared);
+        e->prepared = grown;
+        e->nprepared = n;
+    }
     if (e->prepared[index] & 1u)
         return BF_OK;
     bf_err err = bf__exec0(e, "create batch loop", c->sql_loop, 0, NULL);

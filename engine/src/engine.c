@@ -327,8 +327,8 @@ static bf_err engine_connect(bf_engine *e)
         err = engine_session_name(e);
     if (err != BF_OK)
         return err;
-    if (e->prepared != NULL && e->reg != NULL)
-        memset(e->prepared, 0, bf_registry_count(e->reg));
+    if (e->prepared != NULL)
+        memset(e->prepared, 0, e->nprepared);
     e->stmt_prepared = 0; /* a new connection has no prepared statements */
     e->listening = false; /* a new connection listens to nothing */
     if (e->outage) {
@@ -425,8 +425,9 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
         (void)gethostname(host, sizeof host - 1);
         bf__format(e->owner, sizeof e->owner, "%s:%ld", host, (long)getpid());
     }
-    size_t n = reg ? bf_registry_count(reg) : 0;
-    e->prepared = calloc(n ? n : 1, 1);
+    /* the registry may grow while the engine is open: batch.c grows this with it */
+    e->nprepared = reg && bf_registry_count(reg) ? bf_registry_count(reg) : 1;
+    e->prepared = calloc(e->nprepared, 1);
     if (e->conninfo == NULL || e->prepared == NULL) {
         bf_engine_close(e);
         return BF_ERR_NOMEM;

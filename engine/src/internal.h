@@ -42,13 +42,21 @@ typedef struct bf_compiled {
     char *sql_needing;     /* declarative: the rows needing repair, for the planner's estimate */
 } bf_compiled;
 
+#define BF_REGISTRY_CHUNK  64  /* entries per chunk: allocated once, never moved */
+#define BF_REGISTRY_CHUNKS 256 /* so at most 16,384 definitions */
+#define BF_REGISTRY_MAX    ((size_t)BF_REGISTRY_CHUNK * BF_REGISTRY_CHUNKS)
+
+/* Append-only (registry.c design notes): readers load count (acquire) and the literals
+ * (acquire) without a lock; one writer at a time stores them (release). */
 struct bf_registry {
-    bf_compiled *items;
-    size_t count, cap;
-    void **modules; /* dlopen handles kept for the registry's lifetime */
+    bf_compiled *chunks[BF_REGISTRY_CHUNKS]; /* entry i: chunks[i / CHUNK][i % CHUNK] */
+    _Atomic size_t count;                    /* entries complete and visible to readers */
+    void **modules;                          /* dlopen handles kept for the registry's lifetime */
     size_t nmodules;
-    char *ids_all;      /* text[] literal of every stable ID, rebuilt on change */
-    char *ids_required; /* text[] literal of the required stable IDs */
+    _Atomic(char *) ids_all;      /* text[] literal of every stable ID, rebuilt on change */
+    _Atomic(char *) ids_required; /* text[] literal of the required stable IDs */
+    char **retired;               /* literals replaced, freed with the registry */
+    size_t nretired, capretired;
 };
 
 /* compile.c: fill c with the SQL of d (index: its place in the registry, which names its loop
@@ -77,6 +85,7 @@ struct bf_engine {
     bf_log_fn log;
     void *log_arg;
     unsigned char *prepared; /* per registry index: bit 0 loop procedure created */
+    size_t nprepared;        /* entries of prepared: grows with the registry (batch.c) */
     uint32_t stmt_prepared;  /* bit per bf_stmt: prepared on this connection */
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */

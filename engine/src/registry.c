@@ -2,9 +2,20 @@
  * registry.c - the definitions this process knows: each is checked (identifiers, key, batch
  * bounds, metadata) and compiled to SQL once when it joins (compile.c), and modules of them are
  * loaded with dlopen and kept for the registry's lifetime.
+ *
+ * Design notes: the registry only grows, and it grows while sessions read it (a definition
+ * file that joins on SIGHUP). Readers take no lock. An entry lives in a chunk of
+ * BF_REGISTRY_CHUNK entries that is never moved or freed before the registry, so its address
+ * is stable; the count is published with a release store after the entry is complete, and
+ * read with an acquire load, so a reader sees whole entries only, the first count of them.
+ * The text[] literals of the IDs are replaced by pointer (release/acquire) and the ones they
+ * replace are retired, not freed, until the registry is: a session may be sending the old one.
+ * The count is published before the literals, so an ID a reader finds in a literal is always
+ * in the registry it searches. Writers (add, load_module) are serialized by the caller.
  */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,15 +119,21 @@ static bf_err definition_check(const bf_definition *d, char *diag, size_t len)
     return BF_OK;
 }
 
-/* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked). */
-static char *registry_ids_literal(const bf_registry *reg, bool required_only)
+/* Entry i's slot (i below the chunks allocated). */
+static bf_compiled *registry_slot(const bf_registry *reg, size_t i)
+{
+    return &reg->chunks[i / BF_REGISTRY_CHUNK][i % BF_REGISTRY_CHUNK];
+}
+
+/* "{a,b}": a text[] literal of the first n IDs (only required ones when asked). */
+static char *registry_ids_literal(const bf_registry *reg, size_t n, bool required_only)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
     bf__strbuf_add(&sb, "{");
     bool first = true;
-    for (size_t i = 0; i < bf_registry_count(reg); i++) {
-        const bf_definition *d = reg->items[i].def;
+    for (size_t i = 0; i < n; i++) {
+        const bf_definition *d = registry_slot(reg, i)->def;
         if (required_only && !d->required)
             continue;
         /* quoted: an unquoted element spelled "null" would read as a NULL */
@@ -127,26 +144,47 @@ static char *registry_ids_literal(const bf_registry *reg, bool required_only)
     return bf__strbuf_take(&sb);
 }
 
-/* Rebuild the ID literals after the registry changed. */
-static bf_err registry_refresh_ids(bf_registry *reg)
+/* Keep a replaced literal until the registry is freed (a reader may be sending it); room was
+ * reserved by registry_publish_ids. */
+static void registry_retire(bf_registry *reg, char *old)
 {
-    char *all = registry_ids_literal(reg, false);
-    char *required = registry_ids_literal(reg, true);
-    if (all == NULL || required == NULL) {
-        free(all);
-        free(required);
+    if (old != NULL)
+        reg->retired[reg->nretired++] = old;
+}
+
+/* The literals of the first n entries, built before anything is published (room to retire
+ * the ones they replace reserved), so publishing them cannot fail. */
+static bf_err registry_build_ids(bf_registry *reg, size_t n, char **all, char **required)
+{
+    if (reg->nretired + 2 > reg->capretired) {
+        size_t cap = reg->capretired ? reg->capretired * 2 : 8;
+        char **grown = realloc(reg->retired, cap * sizeof *grown);
+        if (grown == NULL)
+            return BF_ERR_NOMEM;
+        reg->retired = grown;
+        reg->capretired = cap;
+    }
+    *all = registry_ids_literal(reg, n, false);
+    *required = registry_ids_literal(reg, n, true);
+    if (*all == NULL || *required == NULL) {
+        free(*all);
+        free(*required);
         return BF_ERR_NOMEM;
     }
-    free(reg->ids_all);
-    free(reg->ids_required);
-    reg->ids_all = all;
-    reg->ids_required = required;
     return BF_OK;
+}
+
+static void registry_publish_ids(bf_registry *reg, char *all, char *required)
+{
+    registry_retire(reg, atomic_exchange_explicit(&reg->ids_all, all, memory_order_acq_rel));
+    registry_retire(reg,
+                    atomic_exchange_explicit(&reg->ids_required, required, memory_order_acq_rel));
 }
 
 const char *bf__registry_ids(const bf_registry *reg, bool required_only)
 {
-    const char *s = required_only ? reg->ids_required : reg->ids_all;
+    const char *s = atomic_load_explicit(required_only ? &reg->ids_required : &reg->ids_all,
+                                         memory_order_acquire);
     return s != NULL ? s : "{}";
 }
 
@@ -159,6 +197,9 @@ bf_err bf_registry_new(bf_registry **out)
     bf_registry *reg = calloc(1, sizeof *reg);
     if (reg == NULL)
         return BF_ERR_NOMEM;
+    atomic_init(&reg->count, 0);
+    atomic_init(&reg->ids_all, NULL);
+    atomic_init(&reg->ids_required, NULL);
     *out = reg;
     return BF_OK;
 }
@@ -167,14 +208,19 @@ void bf_registry_free(bf_registry *reg)
 {
     if (reg == NULL)
         return;
-    for (size_t i = 0; i < reg->count; i++)
-        bf__compiled_fini(&reg->items[i]);
-    free(reg->items);
+    size_t n = atomic_load_explicit(&reg->count, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        bf__compiled_fini(registry_slot(reg, i));
+    for (size_t k = 0; k < BF_REGISTRY_CHUNKS; k++)
+        free(reg->chunks[k]);
     for (size_t i = 0; i < reg->nmodules; i++)
         dlclose(reg->modules[i]);
     free(reg->modules);
-    free(reg->ids_all);
-    free(reg->ids_required);
+    free(atomic_load(&reg->ids_all));
+    free(atomic_load(&reg->ids_required));
+    for (size_t i = 0; i < reg->nretired; i++)
+        free(reg->retired[i]);
+    free(reg->retired);
     free(reg);
 }
 
@@ -187,21 +233,24 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
         return err;
     if (bf_registry_find(reg, def->id) != NULL)
         return def_error(diag, diag_len, def->id, "stable id registered twice in this process");
-    if (reg->count == reg->cap) {
-        size_t cap = reg->cap ? reg->cap * 2 : 8;
-        bf_compiled *items = realloc(reg->items, cap * sizeof *items);
-        if (items == NULL)
-            return BF_ERR_NOMEM;
-        reg->items = items;
-        reg->cap = cap;
-    }
-    err = bf__compile(def, reg->count, &reg->items[reg->count]);
-    if (err != BF_OK)
+    size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
+    if (n == BF_REGISTRY_MAX)
+        return def_error(diag, diag_len, def->id, "the registry holds its maximum of definitions");
+    bf_compiled **chunk = &reg->chunks[n / BF_REGISTRY_CHUNK];
+    if (*chunk == NULL && (*chunk = calloc(BF_REGISTRY_CHUNK, sizeof **chunk)) == NULL)
+        return BF_ERR_NOMEM;
+    bf_compiled *slot = registry_slot(reg, n);
+    if ((err = bf__compile(def, n, slot)) != BF_OK)
         return err;
-    reg->count++;
-    if ((err = registry_refresh_ids(reg)) != BF_OK)
-        bf__compiled_fini(&reg->items[--reg->count]);
-    return err;
+    char *all = NULL, *required = NULL;
+    if ((err = registry_build_ids(reg, n + 1, &all, &required)) != BF_OK) {
+        bf__compiled_fini(slot);
+        return err;
+    }
+    /* the entry is whole: readers may see it from here on, then in the ID lists */
+    atomic_store_explicit(&reg->count, n + 1, memory_order_release);
+    registry_publish_ids(reg, all, required);
+    return BF_OK;
 }
 
 bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, size_t diag_len)
@@ -222,7 +271,7 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
                        BF_MODULE_ABI);
         err = BF_ERR_DEFINITION;
     }
-    size_t before = reg->count;
+    size_t before = atomic_load_explicit(&reg->count, memory_order_relaxed);
     for (size_t i = 0; err == BF_OK && mod != NULL && i < mod->count; i++)
         err = bf_registry_add(reg, mod->definitions[i], diag, diag_len);
     void **mods = NULL;
@@ -232,9 +281,14 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
             err = BF_ERR_NOMEM;
     }
     if (err != BF_OK) {
-        while (reg->count > before)
-            bf__compiled_fini(&reg->items[--reg->count]);
-        (void)registry_refresh_ids(reg);
+        /* taking entries back is safe only before the registry is shared (header) */
+        size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed);
+        atomic_store_explicit(&reg->count, before, memory_order_release);
+        while (n > before)
+            bf__compiled_fini(registry_slot(reg, --n));
+        char *all = NULL, *required = NULL;
+        if (registry_build_ids(reg, before, &all, &required) == BF_OK)
+            registry_publish_ids(reg, all, required);
         dlclose(handle);
         return err;
     }
@@ -245,23 +299,25 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
 
 size_t bf_registry_count(const bf_registry *reg)
 {
-    return reg ? reg->count : 0;
+    return reg ? atomic_load_explicit(&reg->count, memory_order_acquire) : 0;
 }
 
 const bf_definition *bf_registry_at(const bf_registry *reg, size_t i)
 {
-    return reg && i < reg->count ? reg->items[i].def : NULL;
+    return i < bf_registry_count(reg) ? registry_slot(reg, i)->def : NULL;
 }
 
 const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id, size_t *index)
 {
     if (reg == NULL || id == NULL)
         return NULL;
-    for (size_t i = 0; i < reg->count; i++) {
-        if (strcmp(reg->items[i].def->id, id) == 0) {
+    size_t n = bf_registry_count(reg); /* a snapshot: entries below n are whole */
+    for (size_t i = 0; i < n; i++) {
+        const bf_compiled *c = registry_slot(reg, i);
+        if (strcmp(c->def->id, id) == 0) {
             if (index != NULL)
                 *index = i;
-            return &reg->items[i];
+            return c;
         }
     }
     return NULL;

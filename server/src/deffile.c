@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buzz/engine.h"
 #include "deffile.h"
 #include "log.h"
 
@@ -690,7 +691,7 @@ struct srv_defdir {
     char *dir;
     srv_deffile **files;
     size_t n;
-    const bf_registry *reg; /* where they were registered (reload: IDs of modules) */
+    bf_registry *reg; /* where they were registered; new files join it on reload */
 };
 
 static int defdir_name_cmp(const void *a, const void *b)
@@ -843,7 +844,96 @@ size_t srv_defdir_count(const srv_defdir *d)
     return d ? d->n : 0;
 }
 
-int srv_defdir_reload(srv_defdir *d)
+/* Keep f for the registry's lifetime (reload: it joined). */
+static bf_err defdir_keep(srv_defdir *d, srv_deffile *f)
+{
+    srv_deffile **grown = realloc(d->files, (d->n + 1) * sizeof *grown);
+    if (grown == NULL)
+        return BF_ERR_NOMEM;
+    d->files = grown;
+    d->files[d->n++] = f;
+    return BF_OK;
+}
+
+static void defdir_refuse(const srv_deffile *f, const char *why)
+{
+    srv_log_event(BF_LOG_ERROR, BF_EV_CONFIG_RELOAD_FAILED,
+                  "SIGHUP: %s: new definition %s refused, it stays out (a later SIGHUP tries it "
+                  "again): %s",
+                  f->path, f->def.id, why);
+}
+
+/*
+ * Reload: the new files join the running daemon as they would join at start. Each is compiled
+ * in a staging registry first (bf_registry_add's checks and limits), then registered in
+ * PostgreSQL through an engine on that staging registry (bf_register's fences: a row of the
+ * same ID stored by a materially different definition refuses it), and only then added to the
+ * live registry, which sessions read concurrently (bf_registry: append-only, lock-free
+ * readers). A file refused at any step stays out and the others go on. Returns how many were
+ * refused; fresh[] is consumed (joined files move to d, the others are freed).
+ */
+static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_config *engine_cfg)
+{
+    int refused = 0;
+    bf_registry *stage = NULL;
+    bf_engine *e = NULL;
+    bf_err err = bf_registry_new(&stage);
+    size_t staged = 0;
+    for (size_t i = 0; i < n; i++) {
+        char why[BF_DIAG_MAX] = "";
+        if (err == BF_OK && engine_cfg == NULL) {
+            snprintf(why, sizeof why, "no database to register it in");
+        } else if (err != BF_OK ||
+                   (err = bf_registry_add(stage, &fresh[i]->def, why, sizeof why)) != BF_OK) {
+            if (why[0] == '\0')
+                snprintf(why, sizeof why, "%s", bf_err_str(err));
+            err = err == BF_ERR_NOMEM ? err : BF_OK;
+        } else {
+            staged++;
+            continue;
+        }
+        defdir_refuse(fresh[i], why);
+        srv_deffile_free(fresh[i]);
+        fresh[i] = NULL;
+        refused++;
+    }
+    if (staged > 0) {
+        bf_config cfg = *engine_cfg;
+        err = bf_engine_open(&e, &cfg, stage);
+    }
+    for (size_t i = 0; i < n; i++) {
+        srv_deffile *f = fresh[i];
+        if (f == NULL)
+            continue;
+        char why[BF_DIAG_MAX] = "";
+        bf_err rerr = err != BF_OK ? err : bf_register(e, &f->def);
+        if (rerr != BF_OK) {
+            snprintf(why, sizeof why, "could not register it: %s: %s", bf_err_str(rerr),
+                     e != NULL ? bf_engine_diag(e) : "could not reach the database");
+        } else if (defdir_keep(d, f) != BF_OK) {
+            snprintf(why, sizeof why, "out of memory");
+        } else if ((rerr = bf_registry_add(d->reg, &f->def, why, sizeof why)) != BF_OK) {
+            d->n--; /* not kept after all */
+            if (why[0] == '\0')
+                snprintf(why, sizeof why, "%s", bf_err_str(rerr));
+        } else {
+            srv_log_event(BF_LOG_INFO, BF_EV_DEFINITION_JOINED,
+                          "SIGHUP: %s: definition %s registered and joined the running daemon",
+                          f->path, f->def.id);
+            fresh[i] = NULL;
+            continue;
+        }
+        defdir_refuse(f, why);
+        refused++;
+    }
+    bf_engine_close(e);
+    bf_registry_free(stage); /* before the refused files: its entries point into them */
+    for (size_t i = 0; i < n; i++)
+        srv_deffile_free(fresh[i]);
+    return refused;
+}
+
+int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg)
 {
     if (d == NULL)
         return 0;
@@ -858,6 +948,8 @@ int srv_defdir_reload(srv_defdir *d)
     }
     int refused = 0;
     bool *seen = d->n ? calloc(d->n, sizeof *seen) : NULL;
+    srv_deffile **fresh = n ? calloc(n, sizeof *fresh) : NULL; /* new files, to join */
+    size_t nfresh = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len = strlen(d->dir) + 1 + strlen(names[i]) + 1;
         char *path = malloc(len);
@@ -896,10 +988,22 @@ int srv_defdir_reload(srv_defdir *d)
                           f->path, f->def.id);
             refused++;
         } else {
-            srv_log_event(BF_LOG_WARN, BF_EV_CONFIG_RELOAD,
-                          "SIGHUP: %s: new definition %s: checked; it is registered at the next "
-                          "restart",
-                          f->path, f->def.id);
+            const srv_deffile *twin = NULL;
+            for (size_t j = 0; j < nfresh && twin == NULL; j++)
+                if (strcmp(fresh[j]->def.id, f->def.id) == 0)
+                    twin = fresh[j];
+            if (twin != NULL) {
+                srv_log_event(BF_LOG_ERROR, BF_EV_CONFIG_RELOAD_FAILED,
+                              "SIGHUP: %s: id: stable ID %s is already defined by %s: refused",
+                              f->path, f->def.id, twin->path);
+                refused++;
+            } else if (fresh == NULL || d->reg == NULL) {
+                defdir_refuse(f, fresh == NULL ? "out of memory" : "no registry to join");
+                refused++;
+            } else {
+                fresh[nfresh++] = f;
+                continue; /* fresh owns it */
+            }
         }
         srv_deffile_free(f);
     }
@@ -908,10 +1012,13 @@ int srv_defdir_reload(srv_defdir *d)
             srv_log_event(BF_LOG_WARN, BF_EV_CONFIG_RELOAD,
                           "SIGHUP: %s is gone: definition %s stays registered until a restart",
                           d->files[j]->path, d->files[j]->def.id);
+    free(seen);
+    if (nfresh > 0)
+        refused += defdir_join(d, fresh, nfresh, engine_cfg);
+    free(fresh);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
-    free(seen);
     srv_log_event(refused ? BF_LOG_ERROR : BF_LOG_INFO,
                   refused ? BF_EV_CONFIG_RELOAD_FAILED : BF_EV_CONFIG_RELOAD,
                   "SIGHUP: definitions directory checked: %zu file%s, %d refused", n,

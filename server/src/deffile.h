@@ -27,7 +27,8 @@
  * "/etc/buzz-backfill/definitions.d/d_tag.def:7: batch_size: must be 1..100000".
  *
  * Thread safety: parse and load before threads start; a loaded srv_deffile is read-only and its
- * callbacks are reentrant. srv_defdir_reload() runs on the signal thread only.
+ * callbacks are reentrant. srv_defdir_reload() runs on one thread (the signal thread) and is the
+ * only writer of the registry while sessions read it.
  */
 #ifndef BUZZ_SRV_DEFFILE_H
 #define BUZZ_SRV_DEFFILE_H
@@ -36,6 +37,7 @@
 #include <stddef.h>
 
 #include "buzz/definition.h"
+#include "buzz/engine.h"
 
 #define SRV_DEFFILE_SUFFIX ".def"
 #define SRV_DEFFILE_MAX    (1024 * 1024) /* bytes in one definition file */
@@ -73,14 +75,19 @@ bf_err srv_defdir_register(srv_defdir *d, bf_registry *reg, char *diag, size_t d
 size_t srv_defdir_count(const srv_defdir *d);
 
 /*
- * SIGHUP: read the directory again and log what differs from what is loaded, keeping what is
- * loaded. A file changed under a loaded stable ID is refused (a material change needs a new ID;
- * the registered definition stays, as a changed module would until a restart); a removed file's
- * definition stays registered; a new file is parsed and checked, and registered at the next
- * restart (the registry is shared read-only by every session while the daemon runs). Returns
- * the number of files refused (changed or invalid). d may be NULL (no directory configured).
+ * SIGHUP: read the directory again. A new file joins the running daemon: parsed, compiled with
+ * bf_registry_add's checks, registered in PostgreSQL with bf_register() through a short-lived
+ * engine session opened with engine_cfg (its fences apply: a row of the same stable ID stored
+ * by a materially different definition refuses the file), then added to the registry
+ * srv_defdir_register() filled, which sessions may be reading (bf_registry is append-only), and
+ * logged as definition.joined. A file refused at any step stays out (config.reload_failed names
+ * it and why; a later SIGHUP tries it again) and the others go on. A file changed under a
+ * loaded stable ID is refused (a material change needs a new ID; the loaded definition stays,
+ * as a changed module would until a restart); a removed file's definition stays registered.
+ * Returns the number of files refused. d may be NULL (no directory configured); engine_cfg
+ * NULL refuses every new file (no database).
  */
-int srv_defdir_reload(srv_defdir *d);
+int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg);
 void srv_defdir_free(srv_defdir *d);
 
 #endif

@@ -82,6 +82,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     srv_context_init(&ctx, cfg, registry, auth);
     ctx.metrics = metrics;
     ctx.engine_cfg.throttle = throttle; /* every engine of the process shares it */
+    reload->engine_cfg = &ctx.engine_cfg;
 
     int rc = 1;
     srv_dispatcher *dispatcher = NULL;

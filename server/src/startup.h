@@ -34,13 +34,14 @@ typedef struct srv_reload {
     char *const *argv;
     char *const *envp;
     bf_throttle *throttle;
-    srv_defdir *definitions; /* the definition files loaded at start (may be NULL) */
+    srv_defdir *definitions;     /* the definition files loaded at start (may be NULL) */
+    const bf_config *engine_cfg; /* new definition files register through it */
 } srv_reload;
 
 /* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload) and, with reload, the
- * throttle settings (a failed reload keeps the previous ones, logged) and checks the
- * definitions directory (srv_defdir_reload); SIGTERM or SIGINT
- * returns false, a stop asked for by srv_signals_stop_fatal() returns true. */
+ * throttle settings (a failed reload keeps the previous ones, logged) and reads the
+ * definitions directory again, new files joining the registry (srv_defdir_reload); SIGTERM or
+ * SIGINT returns false, a stop asked for by srv_signals_stop_fatal() returns true. */
 bool srv_signals_serve(srv_auth *auth, const srv_reload *reload);
 /* Ask srv_signals_serve() to return as after SIGTERM, but for a failure the process cannot
  * recover from (the daemon then exits 1, for its supervisor to restart it). why: a static

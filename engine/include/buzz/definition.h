@@ -23,7 +23,7 @@
  * admitted work and goes straight to validation. The bound is never recaptured.
  *
  * Definitions are immutable once added to a registry and must outlive it (static storage is
- * the normal case). Thread safety: a registry may be shared read-only by many threads.
+ * the normal case). Thread safety: see bf_registry below.
  */
 #ifndef BUZZ_DEFINITION_H
 #define BUZZ_DEFINITION_H
@@ -153,13 +153,21 @@ typedef struct bf_module {
     size_t count;
 } bf_module;
 
-/* A set of definitions known to this process, with their compiled SQL. */
+/*
+ * A set of definitions known to this process, with their compiled SQL. Thread safety: the
+ * registry only grows; any number of threads may read it (count, at, find, engines opened on
+ * it) while one thread at a time adds to it with bf_registry_add(), without a lock: a reader
+ * sees the definitions added before its call, each whole, and an entry's address never
+ * changes. bf_registry_load_module() (which takes its definitions back on error) and
+ * bf_registry_free() run only while no other thread uses the registry.
+ */
 typedef struct bf_registry bf_registry;
 
 bf_err bf_registry_new(bf_registry **out);
 void bf_registry_free(bf_registry *reg);
 
-/* Validate and add a definition. On error, diag (may be NULL) gets a bounded reason. */
+/* Validate and add a definition (at most 16,384 per registry); all or nothing. On error, diag
+ * (may be NULL) gets a bounded reason. */
 bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len);
 
 /* dlopen() a definitions module and add all its definitions (all or nothing). */

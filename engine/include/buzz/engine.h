@@ -103,7 +103,8 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(CONFIG_RELOAD_FAILED, "config.reload_failed") /* refused: the previous settings stay */      \
     X(SLOW_START, "slow.start") /* a step far slower than the recent median: reason says how */    \
     X(SLOW_END, "slow.end")     /* steps at the median's pace again; duration_us: how long */      \
-    X(LISTENER_RESTARTED, "listener.restarted") /* a wedged listener was listened on again */
+    X(LISTENER_RESTARTED, "listener.restarted") /* a wedged listener was listened on again */      \
+    X(DEFINITION_JOINED, "definition.joined")   /* SIGHUP: a new definition file registered */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -175,7 +176,8 @@ bf_err bf_config_check(const bf_config *cfg, char *diag, size_t diag_len);
 
 typedef struct bf_engine bf_engine;
 
-/* reg must outlive the engine and must not change (bf_registry_add) while the engine is open. */
+/* reg must outlive the engine. It may grow (bf_registry_add from one other thread) while the
+ * engine is open: each call sees the definitions added before it started. */
 bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *reg);
 void bf_engine_close(bf_engine *engine);
 const char *bf_engine_diag(const bf_engine *engine);
