@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/grafana-dashboard.json is a valid dashboard over the daemon's real metrics: it
 parses, every query is valid PromQL (promtool check rules on a rules file made of them), and
-every buzz_backfill_* series it reads is one server/src/metrics.c exposes.
+every buzz_backfill_* series it reads is one server/src/metrics.c exposes, scoped by the job and
+instance template variables.
 Usage: check_dashboard.py SOURCE_DIR PROMTOOL"""
 import json, os, re, subprocess, sys, tempfile
 
@@ -21,6 +22,22 @@ for e in exprs:
         # metrics.c names each metric once, without the prefix, as a string literal
         if '"%s"' % base[len("buzz_backfill_"):] not in metrics_c:
             fail.append("%s: not a metric of server/src/metrics.c" % name)
+# issue 19: job and instance template variables, and every series every panel reads is scoped by
+# both (a multi-daemon or multi-database Prometheus otherwise mixes them in every panel)
+variables = {v.get("name"): v for v in dash.get("templating", {}).get("list", [])}
+for var in ("job", "instance"):
+    v = variables.get(var)
+    if v is None or v.get("type") != "query":
+        fail.append("no %s template variable (type query)" % var)
+    elif not re.search(r"label_values\(buzz_backfill_build_info\b.*,\s*%s\)" % var,
+                       json.dumps(v.get("query"))):
+        fail.append("the %s variable does not list label_values(buzz_backfill_build_info, %s)"
+                    % (var, var))
+for e in exprs:
+    for m in re.finditer(r"(buzz_backfill_[a-z_]+)(\{[^}]*\})?", e):
+        labels = m.group(2) or ""
+        if 'job=~"$job"' not in labels or 'instance=~"$instance"' not in labels:
+            fail.append("%s: %s is not scoped by $job and $instance" % (e, m.group(1)))
 ids = [p["id"] for p in dash["panels"]]
 if len(ids) != len(set(ids)):
     fail.append("panel ids repeat")
