@@ -53,6 +53,7 @@ static void usage(FILE *f)
         "  validate ID [--progress]           run the definition's read-only validation\n"
         "  audit [ID] [--limit N]             audit trail, newest first\n"
         "  whoami                             the identity the server sees\n"
+        "  preflight [ID]...                  the daemon's preflight of its definitions\n"
         "  ready [--wait SECONDS]             readiness as the relay sees it\n"
         "  ready --wait-ready --timeout DURATION\n"
         "                                     wait until ready (init containers)\n"
@@ -119,6 +120,14 @@ static const struct {
               "       buzzctl ready --wait-ready --timeout DURATION\n"
               "Readiness as the relay sees it (exit 0 ready, 8 not ready). --wait (0..30)\n"
               "returns early when something changes. --wait-ready waits until ready or\n"
+    {"preflight",
+     "usage: buzzctl preflight [ID]...\n"
+     "The running daemon's preflight of the definitions it has registered (every one\n"
+     "without IDs), as 'buzz-backfilld preflight' runs it: can each one's batches only\n"
+     "be bounded work on this database? One line per definition, 'ok' with the index\n"
+     "and plans or 'FAIL' with what is wrong and the fix. Read-only. Exit 0 all\n"
+     "passed, 1 one failed, 2 an ID the daemon does not have (default --timeout 60000).\n"
+     "example: buzzctl preflight demo.events.content_len_v1\n"},
               "DURATION (90s, 5m, 500ms; default 5m) passes, riding over a server that is not\n"
               "up yet: exit 0 ready, 8 still not ready, 6 never reached, 4 refused.\n"
               "example: buzzctl ready --wait-ready --timeout 5m\n"},
@@ -196,9 +205,9 @@ int ctl_report(ctl *c, const char *what, bf_err err, const bfc_status *st,
     /* after a control or validate that was sent: its request ID, so that the outcome of a
      * request whose answer was lost can be learnt by repeating it (--request-id) */
     bool sent_control =
-        st->attempts > 0 &&
-        (strcmp(what, "list") != 0 && strcmp(what, "get") != 0 && strcmp(what, "audit") != 0 &&
-         strcmp(what, "whoami") != 0 && strcmp(what, "ready") != 0);
+        st->attempts > 0 && (strcmp(what, "list") != 0 && strcmp(what, "get") != 0 &&
+                             strcmp(what, "audit") != 0 && strcmp(what, "whoami") != 0 &&
+                             strcmp(what, "ready") != 0 && strcmp(what, "preflight") != 0);
     if (sent_control) {
         bool unknown =
             !st->answered || st->code == BUZZ__BACKFILL__V1__STATUS_CODE__DEADLINE_EXCEEDED;
@@ -525,6 +534,8 @@ int main(int argc, char **argv)
         rc = ctl_cmd_control(&c, subc, sub, action);
     else
         rc = ctl_usage_error(&c, ": unknown command '%.40s' (see buzzctl help)", sub[0]);
+    else if (strcmp(sub[0], "preflight") == 0)
+        rc = ctl_cmd_preflight(&c, subc, sub);
     bfc_close(c.client);
     free(c.token);
     return rc;

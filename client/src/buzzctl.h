@@ -2,7 +2,8 @@
  * buzzctl.h - what buzzctl's files share (prefix ctl_): the invocation, the one way to call
  * the server, error reporting (text or JSON), exit codes, and the commands each file owns:
  * buzzctl.c (main, options, help), buzzctl_cmds.c (list, get, controls, validate, audit,
- * whoami, ready), buzzctl_dash.c (dash), buzzctl_json.c (--json output), buzzctl_token.c.
+ * whoami, ready), buzzctl_dash.c (dash), buzzctl_json.c (--json output), buzzctl_token.c,
+ * buzzctl_preflight.c (preflight).
  */
 #ifndef BUZZ_BUZZCTL_H
 #define BUZZ_BUZZCTL_H
@@ -80,6 +81,7 @@ int ctl_cmd_audit(ctl *c, int argc, char **argv);
 int ctl_cmd_whoami(ctl *c, int argc, char **argv);
 int ctl_cmd_ready(ctl *c, int argc, char **argv);
 int ctl_cmd_dash(ctl *c, int argc, char **argv);
+int ctl_cmd_preflight(ctl *c, int argc, char **argv);
 
 /* ---- JSON (buzzctl_json.c) --------------------------------------------------------------- */
 

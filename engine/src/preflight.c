@@ -373,10 +373,8 @@ bf_err bf__preflight(bf_engine *e, const bf_compiled *c, char *bound, bool *empt
     return BF_OK;
 }
 
-bf_err bf_preflight(bf_engine *e, const char *id, char *report, size_t cap)
+static bf_err preflight_definition(bf_engine *e, const char *id, char *report, size_t cap)
 {
-    if (e == NULL || id == NULL)
-        return BF_ERR_INVALID_ARGUMENT;
     const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
     if (c == NULL)
         return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
@@ -434,4 +432,17 @@ bf_err bf_preflight(bf_engine *e, const char *id, char *report, size_t cap)
     }
     PQclear(r);
     return BF_OK;
+}
+
+bf_err bf_preflight(bf_engine *e, const char *id, char *report, size_t cap)
+{
+    if (e == NULL || id == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = preflight_definition(e, id, report, cap);
+    /* every failure's report is its diagnostic: also one that came before the checks (no
+     * definition, no connection) or after them (the estimate), when report held nothing or
+     * the passing summary */
+    if (err != BF_OK && report != NULL && cap > 0)
+        bf__copy(report, cap, err == BF_ERR_NOMEM ? bf_err_str(err) : e->diag);
+    return err;
 }

@@ -1,6 +1,7 @@
 /*
  * admin.c - the Admin service: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI
- * over the engine API, on the calling transport thread's engine session.
+ * and Preflight (admin_preflight.c) over the engine API, on the calling transport thread's engine
+ * session.
  *
  * Design notes: every answer is read from PostgreSQL while the request is served; nothing here
  * keeps lifecycle state. The controls and Validate are the engine's idempotent, audited
@@ -508,6 +509,15 @@ static void admin_who_am_i(admin_service *svc, const Buzz__Backfill__V1__WhoAmIR
     closure(&resp, closure_data);
 }
 
+/* ---- Preflight (admin_preflight.c) ------------------------------------------------------- */
+
+static void admin_preflight(admin_service *svc, const Buzz__Backfill__V1__PreflightRequest *in,
+                            Buzz__Backfill__V1__PreflightResponse_Closure closure,
+                            void *closure_data)
+{
+    srv_admin_preflight(in, closure, closure_data);
+}
+
 /* ---- the service ------------------------------------------------------------------------ */
 
 static admin_service admin_svc = BUZZ__BACKFILL__V1__ADMIN__INIT(admin_);
@@ -516,16 +526,20 @@ static admin_service admin_svc = BUZZ__BACKFILL__V1__ADMIN__INIT(admin_);
  * bytes), well under 100 bytes; 4 KiB leaves room for fields a newer client adds. */
 #define ADMIN_BODY_MAX 4096
 
-/* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI */
+/* Preflight names at most 64 stable IDs (admin_preflight.c), 65 bytes each on the wire. */
+#define ADMIN_PREFLIGHT_BODY_MAX 8192
+
+/* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI, Preflight.
+ * Preflight is a read: it writes nothing, so it is not audited, like Get and List. */
 static const srv_method_policy admin_policies[] = {
     {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
     {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
     {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
     {SRV_CAP_VALIDATE, true, ADMIN_BODY_MAX}, {SRV_CAP_READ, false, ADMIN_BODY_MAX},
-    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
+    {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_PREFLIGHT_BODY_MAX},
 };
 
-_Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 9,
+_Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 10,
                "one policy per Admin method");
 
 ProtobufCService *srv_admin_service(void)

@@ -9,7 +9,8 @@
  *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
  *                per socket each with its own nng context and engine session; conns.c
  *                counts its connections under the caps per listener and per peer
- *   admin.c      the Admin service (ProtobufCService) over the engine API
+ *   admin.c      the Admin service (ProtobufCService) over the engine API; its Preflight in
+ *                admin_preflight.c
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
  *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
@@ -282,6 +283,10 @@ ProtobufCService *srv_admin_service(void);
 const srv_method_policy *srv_admin_policies(void);
 ProtobufCService *srv_readiness_service(void);
 const srv_method_policy *srv_readiness_policies(void);
+/* Admin.Preflight (admin_preflight.c): bf_preflight() of the IDs asked for, or of a page of
+ * this process's registry, on the calling thread's engine session; read-only, not audited. */
+void srv_admin_preflight(const Buzz__Backfill__V1__PreflightRequest *in,
+                         Buzz__Backfill__V1__PreflightResponse_Closure closure, void *closure_data);
 
 /* One Readiness.Check decision without waiting, as plain values (the HTTP /readyz and the
  * metrics): the same computation as Check on the session's engine. verdict: 1 ready, 0 not

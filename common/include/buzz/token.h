@@ -55,7 +55,7 @@ extern "C" {
 #define BFT_SKEW_DEFAULT   30 /* seconds */
 
 /* Capability bits: 1u << buzz.backfill.v1.Capability value (same as SRV_CAP_* in srv.h). */
-#define BFT_CAP_READ      (1u << 1) /* Admin.List, Get, Audit, WhoAmI */
+#define BFT_CAP_READ      (1u << 1) /* Admin.List, Get, Audit, WhoAmI, Preflight */
 #define BFT_CAP_CONTROL   (1u << 2) /* Admin.Start, Pause, Resume, Retry */
 #define BFT_CAP_VALIDATE  (1u << 3) /* Admin.Validate */
 #define BFT_CAP_READINESS (1u << 4) /* Readiness.Check */
