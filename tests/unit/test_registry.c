@@ -2,9 +2,22 @@
  * test_registry.c - definitions are validated before they can run (fail closed on a bad
  * definition), errors and SQLSTATEs map through their single tables, names round-trip, and a
  * truncated diagnostic is cut on a UTF-8 character boundary. No database needed.
+ *
+ * test_registry_grows_under_readers: the registry grows (a definition file joining on SIGHUP)
+ * while a reader thread walks it. Guard proved: entries never move (registry.c: fixed chunks,
+ * no realloc under readers) - the entry found before 1,000 adds is at the same address after
+ * them. Seen failing against the previous registry.c (one realloc'd array, a count without
+ * atomics): with the reader the test binary dies (exit 255) during the adds; without it the
+ * first entry's address assertion fails. A replaced ID literal stays readable until the
+ * registry is freed (registry_retire; otherwise a use after free that ASan reports). The
+ * reader, started at a barrier, sees whole entries only: every index below the count it read
+ * is findable by its ID.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
@@ -94,6 +107,78 @@ static void test_registry_duplicates_and_lookup(void **state)
     assert_int_equal(bf_registry_load_module(reg, "/nonexistent/module.so", bad, sizeof bad),
                      BF_ERR_DEFINITION);
     assert_true(strlen(bad) < BF_DIAG_MAX);
+    bf_registry_free(reg);
+}
+
+#define GROW_N 1000
+
+typedef struct grow_reader {
+    bf_registry *reg;
+    pthread_barrier_t *go;
+    atomic_bool done;
+    long walks, bad;
+} grow_reader;
+
+static void *grow_reader_main(void *arg)
+{
+    grow_reader *r = arg;
+    pthread_barrier_wait(r->go);
+    while (!atomic_load(&r->done)) {
+        size_t n = bf_registry_count(r->reg);
+        for (size_t i = 0; i < n; i++) {
+            const bf_definition *d = bf_registry_at(r->reg, i);
+            if (d == NULL || bf_registry_find(r->reg, d->id) != d)
+                r->bad++;
+        }
+        const char *ids = bf__registry_ids(r->reg, false);
+        if (ids[0] != '{' || ids[strlen(ids) - 1] != '}')
+            r->bad++;
+        r->walks++;
+    }
+    return NULL;
+}
+
+static void test_registry_grows_under_readers(void **state)
+{
+    (void)state;
+    static bf_definition defs[GROW_N + 1];
+    static char ids[GROW_N + 1][32];
+    bf_registry *reg = NULL;
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    char diag[BF_DIAG_MAX] = "";
+    defs[0] = good();
+    assert_int_equal(bf_registry_add(reg, &defs[0], diag, sizeof diag), BF_OK);
+    const bf_compiled *first = bf__registry_compiled(reg, "items.fix_v1", NULL);
+    const char *literal = bf__registry_ids(reg, false);
+    assert_string_equal(literal, "{\"items.fix_v1\"}");
+
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+    grow_reader r = {.reg = reg, .go = &go};
+    atomic_init(&r.done, false);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, grow_reader_main, &r), 0);
+    pthread_barrier_wait(&go);
+    for (int i = 1; i <= GROW_N; i++) {
+        snprintf(ids[i], sizeof ids[i], "items.grow_%04d", i);
+        defs[i] = good();
+        defs[i].id = ids[i];
+        if (bf_registry_add(reg, &defs[i], diag, sizeof diag) != BF_OK)
+            fail_msg("add %d: %s", i, diag);
+    }
+    atomic_store(&r.done, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    pthread_barrier_destroy(&go);
+
+    assert_int_equal(r.bad, 0);
+    assert_true(r.walks > 0);
+    assert_int_equal(bf_registry_count(reg), GROW_N + 1);
+    /* the first entry did not move, and the literal a reader held is still readable */
+    assert_ptr_equal(bf__registry_compiled(reg, "items.fix_v1", NULL), first);
+    assert_string_equal(literal, "{\"items.fix_v1\"}");
+    size_t index = 0;
+    assert_ptr_equal(bf__registry_compiled(reg, "items.grow_1000", &index)->def, &defs[GROW_N]);
+    assert_int_equal(index, GROW_N);
     bf_registry_free(reg);
 }
 
@@ -223,6 +308,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_definition_validation),
         cmocka_unit_test(test_registry_duplicates_and_lookup),
+        cmocka_unit_test(test_registry_grows_under_readers),
         cmocka_unit_test(test_id_format),
         cmocka_unit_test(test_sqlstate_table),
         cmocka_unit_test(test_format_cut_keeps_utf8),
