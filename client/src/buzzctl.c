@@ -91,11 +91,13 @@ static const struct {
              "Backfills ordered by id, every page. STATE: pending, running, paused, blocked,\n"
              "failed, validating, completed. RATE is measured between two reads --sample-ms\n"
              "apart (default 1000; 0: one read, rate unknown); ETA is an estimate (~).\n"
-             "--wide adds GEN and CLAIM.\n"
+             "--wide adds GEN, BATCH, THROTTLED, SLOW, VALIDATING (rows a running validation\n"
+             "has checked of ~the estimate) and CLAIM.\n"
              "example: buzzctl list --state running\n"},
     {"get", "usage: buzzctl get ID [--sample-ms MS]\n"
             "One backfill: state, progress, rate, ETA (~ estimate), checkpoint, bound, claim,\n"
-            "retry, error, last validation, and what to do about a blocked or failed one.\n"
+            "retry, error, a running validation's rows checked so far, last validation, and\n"
+            "what to do about a blocked or failed one.\n"
             "example: buzzctl get demo.events.content_len_v1\n"},
     {"start", "usage: buzzctl start ID\nStart a registered backfill (captures its bound).\n"
               "example: buzzctl start demo.events.content_len_v1\n"},
@@ -109,17 +111,15 @@ static const struct {
     {"validate", "usage: buzzctl validate ID [--progress]\n"
                  "Run the definition's read-only validation; the call gets the whole budget\n"
                  "(--timeout, default 5 minutes). On a terminal (or with --progress) the state\n"
-                 "is polled and shown while it runs. Exit 0 success, 7 failure, 9 current-state.\n"
+                 "and the rows checked so far (of ~the estimate, and how many need repair) are\n"
+                 "polled every 2 s and shown on stderr while it runs. Exit 0 success, 7 failure,\n"
+                 "9 current-state.\n"
                  "example: buzzctl --timeout 600000 validate demo.events.content_len_v1\n"},
     {"audit", "usage: buzzctl audit [ID] [--limit N]\n"
               "The audit trail, newest first, with UTC times; pages until N rows (default 50).\n"
               "example: buzzctl audit demo.events.content_len_v1 --limit 200\n"},
     {"whoami", "usage: buzzctl whoami\nThe identity and capabilities the server sees.\n"
                "example: buzzctl --token-file op.token whoami\n"},
-    {"ready", "usage: buzzctl ready [--wait SECONDS]\n"
-              "       buzzctl ready --wait-ready --timeout DURATION\n"
-              "Readiness as the relay sees it (exit 0 ready, 8 not ready). --wait (0..30)\n"
-              "returns early when something changes. --wait-ready waits until ready or\n"
     {"preflight",
      "usage: buzzctl preflight [ID]...\n"
      "The running daemon's preflight of the definitions it has registered (every one\n"
@@ -128,6 +128,10 @@ static const struct {
      "and plans or 'FAIL' with what is wrong and the fix. Read-only. Exit 0 all\n"
      "passed, 1 one failed, 2 an ID the daemon does not have (default --timeout 60000).\n"
      "example: buzzctl preflight demo.events.content_len_v1\n"},
+    {"ready", "usage: buzzctl ready [--wait SECONDS]\n"
+              "       buzzctl ready --wait-ready --timeout DURATION\n"
+              "Readiness as the relay sees it (exit 0 ready, 8 not ready). --wait (0..30)\n"
+              "returns early when something changes. --wait-ready waits until ready or\n"
               "DURATION (90s, 5m, 500ms; default 5m) passes, riding over a server that is not\n"
               "up yet: exit 0 ready, 8 still not ready, 6 never reached, 4 refused.\n"
               "example: buzzctl ready --wait-ready --timeout 5m\n"},
@@ -530,12 +534,12 @@ int main(int argc, char **argv)
         rc = ctl_cmd_ready(&c, subc, sub);
     else if (strcmp(sub[0], "dash") == 0)
         rc = ctl_cmd_dash(&c, subc, sub);
+    else if (strcmp(sub[0], "preflight") == 0)
+        rc = ctl_cmd_preflight(&c, subc, sub);
     else if (bfc_action_parse(&action, sub[0]) == BF_OK)
         rc = ctl_cmd_control(&c, subc, sub, action);
     else
         rc = ctl_usage_error(&c, ": unknown command '%.40s' (see buzzctl help)", sub[0]);
-    else if (strcmp(sub[0], "preflight") == 0)
-        rc = ctl_cmd_preflight(&c, subc, sub);
     bfc_close(c.client);
     free(c.token);
     return rc;

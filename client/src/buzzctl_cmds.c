@@ -81,6 +81,15 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *
     printf("batch:       %s\n", v->batch);
     printf("throttled:   %s\n", v->throttle);
     printf("slow:        %s\n", v->slow);
+    char by[BFC_CELL + 24] = "";
+    const Buzz__Backfill__V1__ValidationProgress *vp = b->validation_progress;
+    if (strcmp(v->validating, "-") != 0 && vp != NULL) { /* who runs it, and why */
+        char owner[BFC_CELL];
+        bfc_printable(owner, sizeof owner, vp->owner ? vp->owner : "unknown");
+        snprintf(by, sizeof by, " (%s, by %s)",
+                 vp->has_lifecycle && vp->lifecycle ? "lifecycle" : "explicit", owner);
+    }
+    printf("validating:  %s%s\n", v->validating, by);
     char when[40] = "";
     if (b->last_validation != NULL && b->last_validation->has_at_us) {
         snprintf(when, sizeof when, " (");
@@ -123,6 +132,26 @@ static bool cmds_rate(double *rate, const Buzz__Backfill__V1__Backfill *before,
 static bool cmds_running(const Buzz__Backfill__V1__Backfill *b)
 {
     return b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING;
+}
+
+/* A running validation in at most 14 columns: "1.2M/~2.0M", "1.2M checked"; a validator that
+ * stopped mid-way: "stopped 1.2M"; "-" when none runs */
+static void cmds_short_validating(char *buf, size_t cap, const Buzz__Backfill__V1__Backfill *b)
+{
+    const Buzz__Backfill__V1__ValidationProgress *vp = b->validation_progress;
+    if (vp == NULL || (vp->has_finished && vp->finished) || !vp->has_rows_checked) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    char n[16], est[16];
+    bfc_format_short_count(n, sizeof n, vp->rows_checked);
+    if (!vp->has_running || !vp->running)
+        snprintf(buf, cap, "stopped %s", n);
+    else if (b->progress != NULL && b->progress->has_source_estimate) {
+        bfc_format_short_count(est, sizeof est, b->progress->source_estimate);
+        snprintf(buf, cap, "%s/~%s", n, est);
+    } else
+        snprintf(buf, cap, "%s checked", n);
 }
 
 /* "120k (~60%)", "120k rows", "200k (done)", "unknown": at most 14 columns */
@@ -306,8 +335,9 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             id_w = (int)strlen(id);
     }
     if (wide)
-        printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    SLOW         CLAIM\n", id_w,
-               "ID", "STATE", "PROGRESS", "RATE", "ETA");
+        printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    SLOW         VALIDATING    "
+               " CLAIM\n",
+               id_w, "ID", "STATE", "PROGRESS", "RATE", "ETA");
     else
         printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
     for (size_t i = 0; i < shown->n; i++) {
@@ -333,8 +363,11 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
                 snprintf(batch, sizeof batch, "%u", b->batch_size_current);
             snprintf(signal, sizeof signal, "%.*s", (int)strcspn(v.throttle, ":"), v.throttle);
             snprintf(slow, sizeof slow, "%.*s", (int)strcspn(v.slow, ","), v.slow);
-            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %-12s %s", id_w, v.id, v.state,
-                   prog, rate_s, eta, v.generation, batch, signal, slow, v.claim);
+            char checking[40];
+            cmds_short_validating(checking, sizeof checking, b);
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %-12s %-14s %s", id_w, v.id,
+                   v.state, prog, rate_s, eta, v.generation, batch, signal, slow, checking,
+                   v.claim);
         } else
             printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
         putchar('\n');

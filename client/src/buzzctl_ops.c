@@ -4,7 +4,8 @@
  * validate: the Validate call is one attempt with the whole budget (bfc_control; a retry
  * would only meet the running validation and be answered "still running"). Without --timeout
  * the budget is 5 minutes. While it runs (on a terminal, or with --progress), a second
- * connection polls Get every 2 s and prints the backfill's state on stderr; the outcome is
+ * connection polls Get every 2 s and prints the backfill's state and how far the validation
+ * has got (rows checked of the estimate, rows needing repair) on stderr; the outcome is
  * printed only when the Validate call itself answers: nothing is inferred from the polls.
  *
  * ready --wait-ready --timeout DURATION: Readiness.Check in long polls until ready or the
@@ -76,6 +77,7 @@ static void ops_validate_watch(ops_validate_job *j)
             continue;
         next = ctl_now_ms() + VALIDATE_POLL_MS;
         char state[64] = "state unknown (the poll failed)";
+        char checked[BFC_CELL + 16] = "";
         if (watch != NULL || bfc_open(&watch, j->c->url, &bo, NULL, 0) == BF_OK) {
             Buzz__Backfill__V1__GetRequest req = BUZZ__BACKFILL__V1__GET_REQUEST__INIT;
             req.id = (char *)j->id;
@@ -83,17 +85,23 @@ static void ops_validate_watch(ops_validate_job *j)
             if (bfc_call(watch, &buzz__backfill__v1__admin__descriptor, "Get", &req.base, &out,
                          NULL) == BF_OK) {
                 Buzz__Backfill__V1__GetResponse *g = (Buzz__Backfill__V1__GetResponse *)out;
-                if (g->backfill != NULL)
+                if (g->backfill != NULL) {
                     snprintf(state, sizeof state, "state %s",
                              bfc_state_name(g->backfill->has_state ? (int)g->backfill->state : 0));
+                    /* how far the running validation has got, as its validator recorded it */
+                    bfc_view v;
+                    bfc_project(g->backfill, &v);
+                    if (strcmp(v.validating, "-") != 0)
+                        snprintf(checked, sizeof checked, "; validating: %s", v.validating);
+                }
             }
             if (out)
                 protobuf_c_message_free_unpacked(out, NULL);
         }
         char d[24];
         bfc_format_duration(d, sizeof d, (ctl_now_ms() - start) * 1000);
-        fprintf(stderr, "validate %s: running for %s, %s; waiting for the outcome\n", j->id, d,
-                state);
+        fprintf(stderr, "validate %s: running for %s, %s%s; waiting for the outcome\n", j->id, d,
+                state, checked);
     }
     bfc_close(watch);
 }

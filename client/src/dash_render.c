@@ -185,6 +185,9 @@ static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
                     "%s %s %s %s %s %s", k == sel ? ">" : " ", id, state, prog_c, rate, eta);
         if (strcmp(r->v.slow, "-") != 0)
             render_line(c, BFC_DASH_ALERT, "    claim %s | slow: %s", r->v.claim, r->v.slow);
+        else if (strcmp(r->v.validating, "-") != 0)
+            render_line(c, BFC_DASH_PLAIN, "    claim %s | validating: %s", r->v.claim,
+                        r->v.validating);
         else if (strcmp(r->v.throttle, "-") != 0)
             render_line(c, BFC_DASH_PLAIN, "    claim %s | throttled %s", r->v.claim,
                         r->v.throttle);
@@ -223,6 +226,7 @@ static void render_detail(render_ctx *c, const bfc_dash_model *m)
     render_line(c, BFC_DASH_PLAIN, "  batch       %s   throttled %s", v->batch, v->throttle);
     render_line(c, strcmp(v->slow, "-") != 0 ? BFC_DASH_ALERT : BFC_DASH_PLAIN, "  slow        %s",
                 v->slow);
+    render_line(c, BFC_DASH_PLAIN, "  validating  %s", v->validating);
     render_line(c, BFC_DASH_PLAIN, "  validation  %s at %s", v->validation, d->validation_time);
     if (d->validation_detail[0])
         render_line(c, BFC_DASH_PLAIN, "              %s", d->validation_detail);

@@ -206,6 +206,43 @@ void bfc_project_rate(bfc_view *v, const Buzz__Backfill__V1__Backfill *b, bool h
     }
 }
 
+/* How far a running validation has got, against the planner's estimate of the source (the
+ * rows in the bound); a validator that stopped mid-way is told apart from a running one. */
+static void project_validating(const Buzz__Backfill__V1__Backfill *b, bfc_view *v, bool has_now,
+                               int64_t now)
+{
+    const Buzz__Backfill__V1__ValidationProgress *vp = b->validation_progress;
+    const Buzz__Backfill__V1__Progress *p = b->progress;
+    bool finished = vp != NULL && vp->has_finished && vp->finished;
+    if (vp == NULL || finished || !vp->has_running || !vp->has_rows_checked) {
+        snprintf(v->validating, sizeof v->validating, "-");
+        return;
+    }
+    char checked[32], bad[32], total[40] = "", age[24] = "unknown", raw[192];
+    bfc_format_count(checked, sizeof checked, vp->rows_checked);
+    if (vp->has_rows_needing_repair)
+        bfc_format_count(bad, sizeof bad, vp->rows_needing_repair);
+    else
+        snprintf(bad, sizeof bad, "unknown");
+    if (p != NULL && p->has_source_estimate) {
+        char est[32];
+        bfc_format_count(est, sizeof est, p->source_estimate);
+        snprintf(total, sizeof total, " of ~%s", est);
+    }
+    if (vp->running) {
+        if (vp->has_started_at_us && has_now)
+            bfc_format_duration(age, sizeof age, now - vp->started_at_us);
+        snprintf(raw, sizeof raw, "%s%s rows checked, %s need repair, %s", checked, total, bad,
+                 age);
+    } else { /* neither running nor finished: its validator crashed or stopped */
+        if (vp->has_updated_at_us && has_now)
+            bfc_format_duration(age, sizeof age, now - vp->updated_at_us);
+        snprintf(raw, sizeof raw, "stopped at %s rows checked, %s need repair (silent %s)", checked,
+                 bad, age);
+    }
+    bfc_printable(v->validating, sizeof v->validating, raw);
+}
+
 void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -304,5 +341,6 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         snprintf(raw, sizeof raw, "%.63s, %s", sl->value, since);
         bfc_printable(v->slow, sizeof v->slow, raw);
     }
+    project_validating(b, v, has_now, now);
     v->gating = b->has_gating && b->gating;
 }

@@ -32,6 +32,10 @@ typedef struct bfc_view {
     char batch[48];            /* "250 of 1000" (adaptive size of the declared bound), "-" */
     char throttle[BFC_CELL];   /* "replica_lag: 301234 bytes (limit 262144), 12s", "-" */
     char slow[BFC_CELL];       /* "batch 3.2 s, median 40 ms, 12s", "-" */
+    /* a running validation: "1,234,000 of ~2,000,000 rows checked, 0 need repair, 45s"; one
+     * whose validator stopped: "stopped at 1,234,000 rows checked, 0 need repair (silent 2m)";
+     * "-" when none runs */
+    char validating[BFC_CELL];
     bool gating;
 } bfc_view;
 

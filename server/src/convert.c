@@ -237,6 +237,33 @@ static void convert_slow(srv_backfill_msg *m, const bf_backfill *row)
     m->backfill.slow = s;
 }
 
+/* The latest validation's progress as its validator recorded it; absent when none did. */
+static void convert_validation_progress(srv_backfill_msg *m, const bf_backfill *row)
+{
+    const bf_validation_progress *vp = &row->validation_progress;
+    if (!vp->present)
+        return;
+    Buzz__Backfill__V1__ValidationProgress *p = &m->validation_progress;
+    buzz__backfill__v1__validation_progress__init(p);
+    p->has_running = p->has_finished = p->has_lifecycle = true;
+    p->running = vp->running;
+    p->finished = vp->finished;
+    p->lifecycle = vp->lifecycle;
+    if (vp->owner[0] != '\0')
+        p->owner = (char *)vp->owner;
+    p->has_started_at_us = p->has_updated_at_us = true;
+    p->started_at_us = vp->started_at;
+    p->updated_at_us = vp->updated_at;
+    if (vp->has_finished_at) {
+        p->has_finished_at_us = true;
+        p->finished_at_us = vp->finished_at;
+    }
+    p->has_rows_checked = p->has_rows_needing_repair = true;
+    p->rows_checked = vp->rows_checked;
+    p->rows_needing_repair = vp->rows_needing_repair;
+    m->backfill.validation_progress = p;
+}
+
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating)
 {
     memset(m, 0, sizeof *m);
@@ -263,4 +290,5 @@ void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gat
     convert_times(m, row);
     convert_throttle(m, row);
     convert_slow(m, row);
+    convert_validation_progress(m, row);
 }

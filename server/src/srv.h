@@ -322,6 +322,7 @@ typedef struct srv_backfill_msg {
     Buzz__Backfill__V1__Times times;
     Buzz__Backfill__V1__Throttle throttle;
     Buzz__Backfill__V1__Slow slow;
+    Buzz__Backfill__V1__ValidationProgress validation_progress;
 } srv_backfill_msg;
 
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating);
