@@ -83,6 +83,79 @@ static bf_err engine_session_timeouts(bf_engine *e)
     return BF_OK;
 }
 
+/* TCP liveness of the session, both ends (design notes): a peer that vanishes without a word (a
+ * network partition, a host that lost power) leaves a blocked read or write waiting for the
+ * kernel's retransmission timeout, about 15 minutes. The engine turns on keepalives and sets
+ * tcp_user_timeout on its side (libpq options, given before the conninfo, so the conninfo's own
+ * keepalives_* and tcp_user_timeout win) and the same values on the server's side of the
+ * session (SET tcp_keepalives_*, tcp_user_timeout), so a worker waiting on a dead link errs and
+ * reconnects within about half a lease, before another process may take its claim over, and a
+ * backend blocked sending to a vanished engine ends as soon. Neither end can notice a peer that
+ * is alive but stopped (SIGSTOP, a frozen VM): its kernel still acknowledges (docs/reliability.md,
+ * "A frozen backend"). Unix-domain connections ignore all of this. */
+typedef struct engine_tcp {
+    char user_timeout_ms[16]; /* tcp_user_timeout: unacknowledged data, or probes, for this long */
+    char idle_s[16];          /* keepalives_idle: the first probe after this much silence */
+    char interval_s[16];      /* keepalives_interval */
+    char count[16];           /* keepalives_count */
+} engine_tcp;
+
+/* The defaults: half the lease (at least 2 s) until a dead link errs; silence of a quarter of it
+ * starts probing. */
+static void engine_tcp_defaults(const bf_engine *e, engine_tcp *t)
+{
+    int budget_ms = e->lease_ms / 2 < 2000 ? 2000 : e->lease_ms / 2;
+    int idle_s = budget_ms / 2000 < 1 ? 1 : budget_ms / 2000;
+    int interval_s = budget_ms / 4000 < 1 ? 1 : budget_ms / 4000;
+    bf__format(t->user_timeout_ms, sizeof t->user_timeout_ms, "%d", budget_ms);
+    bf__format(t->idle_s, sizeof t->idle_s, "%d", idle_s);
+    bf__format(t->interval_s, sizeof t->interval_s, "%d", interval_s);
+    bf__copy(t->count, sizeof t->count, "3");
+}
+
+/* The values the connection runs with (the conninfo's where it set them): the server's side of
+ * the session gets the same. Only plain numbers are taken over. */
+static void engine_tcp_effective(PGconn *conn, engine_tcp *t)
+{
+    PQconninfoOption *opts = PQconninfo(conn);
+    for (const PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+        char *dst = NULL;
+        if (strcmp(o->keyword, "tcp_user_timeout") == 0)
+            dst = t->user_timeout_ms;
+        else if (strcmp(o->keyword, "keepalives_idle") == 0)
+            dst = t->idle_s;
+        else if (strcmp(o->keyword, "keepalives_interval") == 0)
+            dst = t->interval_s;
+        else if (strcmp(o->keyword, "keepalives_count") == 0)
+            dst = t->count;
+        if (dst == NULL || o->val == NULL || o->val[0] == '\0' || strlen(o->val) >= 16 ||
+            strspn(o->val, "0123456789") != strlen(o->val))
+            continue;
+        bf__copy(dst, 16, o->val);
+    }
+    PQconninfoFree(opts);
+}
+
+/* The server's side: the backend's keepalives and user timeout (each user-settable). */
+static bf_err engine_session_tcp(bf_engine *e, const engine_tcp *t)
+{
+    char sql[256];
+    int n = snprintf(sql, sizeof sql,
+                     "SET tcp_keepalives_idle = %s; SET tcp_keepalives_interval = %s;"
+                     " SET tcp_keepalives_count = %s; SET tcp_user_timeout = %s",
+                     t->idle_s, t->interval_s, t->count, t->user_timeout_ms);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        return bf__diag(e, BF_ERR_INTERNAL, "session keepalives do not fit their statement");
+    PGresult *r = PQexec(e->conn, sql);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        bf__log(e, BF_LOG_ERROR, "could not set session keepalives: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    }
+    return BF_OK;
+}
+
 const char *bf_event_code(bf_event event)
 {
     static const char *const codes[] = {
@@ -300,7 +373,19 @@ static bf_err engine_connect(bf_engine *e)
 {
     if (e->conn != NULL)
         PQfinish(e->conn);
-    e->conn = PQconnectdb(e->conninfo);
+    engine_tcp tcp;
+    engine_tcp_defaults(e, &tcp);
+    /* defaults first: the expanded conninfo (dbname) overrides them */
+    const char *const keys[] = {"keepalives",
+                                "keepalives_idle",
+                                "keepalives_interval",
+                                "keepalives_count",
+                                "tcp_user_timeout",
+                                "dbname",
+                                NULL};
+    const char *const vals[] = {
+        "1", tcp.idle_s, tcp.interval_s, tcp.count, tcp.user_timeout_ms, e->conninfo, NULL};
+    e->conn = PQconnectdbParams(keys, vals, 1);
     if (e->conn == NULL)
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");
     if (PQstatus(e->conn) != CONNECTION_OK) {
@@ -323,6 +408,10 @@ static bf_err engine_connect(bf_engine *e)
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
     }
     bf_err err = engine_session_timeouts(e);
+    if (err == BF_OK) {
+        engine_tcp_effective(e->conn, &tcp);
+        err = engine_session_tcp(e, &tcp);
+    }
     if (err == BF_OK)
         err = engine_session_name(e);
     if (err != BF_OK)
