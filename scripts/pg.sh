@@ -13,7 +13,10 @@ usage()
 {
     cat <<USAGE
 Usage: $PROG start|stop|url|status|crash-restart|standby-start|standby-stop|aged-start|
-       aged-stop|durable-start|durable-stop|durable-url|psql [psql args...]
+       aged-stop|durable-start|durable-stop|durable-url|failover-start|failover-url|
+       failover-primary-stop|failover-promote|failover-old-primary-start|failover-stop|
+       listen-start ADDR CLIENT_CIDR|listen-stop|
+       pgbouncer-start MODE|pgbouncer-stop|tls-start|tls-stop|psql [psql args...]
 
 Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
 (trust auth, user "postgres", 127.0.0.1 only, durability switched off).
@@ -49,6 +52,51 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
            stop the durable cluster and delete it (stop does this too)
   durable-url
            print the durable cluster's libpq URL (exit 1 if it does not run)
+  failover-start
+           a scratch primary and its streaming standby (asynchronous, a
+           replication slot), each on another free port, for failover tests
+           (tests/robustness/test_failover.c); prints the multi-host libpq URL
+           (primary first, target_session_attrs=read-write); a pair that
+           exists already is deleted first
+  failover-url
+           print that multi-host URL (exit 1 if the pair does not exist)
+  failover-primary-stop
+           immediate shutdown of the scratch primary (a crash: unreplicated
+           commits are lost to the standby)
+  failover-promote
+           promote the standby (pg_ctl promote, waits until it takes writes)
+  failover-old-primary-start
+           bring the stopped primary back as a standby of the promoted one (a
+           standby.signal: read-only whether or not it can follow), as a
+           fenced old primary does
+  failover-stop
+           stop the pair and delete it (stop does this too)
+  listen-start ADDR CLIENT_CIDR
+           a scratch cluster that listens on 127.0.0.1 and on ADDR (an
+           address of this host, e.g. a test's veth end) and trusts clients
+           from CLIENT_CIDR, on another free port, for network partition tests
+           (tests/robustness/test_partition.c); prints its 127.0.0.1 URL;
+           the private cluster's listen_addresses stay 127.0.0.1
+  listen-stop
+           stop the listen cluster and delete it (stop does this too)
+  pgbouncer-start MODE
+           PgBouncer in front of the running cluster with pool_mode MODE
+           (session or transaction), on another free port, every database
+           name passed through; prints its libpq URL; succeeds at once if it
+           already runs in MODE, restarts it in MODE otherwise
+           (tests/integration/test_pgbouncer.c)
+  pgbouncer-stop
+           stop PgBouncer and delete its directory (stop does this too)
+  tls-start
+           a scratch cluster with ssl = on and, over TCP, only TLS with a
+           password (scram-sha-256); its CA and its server certificate (for
+           host name "localhost") are made by openssl in a fresh directory;
+           prints a libpq URL with sslmode=verify-full, then the CA file's
+           path; succeeds at once if it already runs
+           (tests/integration/test_pg_tls.c)
+  tls-stop
+           stop the TLS cluster and delete it, certificates included (stop
+           does this too)
   psql     run psql against the cluster with the remaining arguments
 
 State dir: <repo>/.pg/ for normal users; as root a mktemp dir under /tmp run
@@ -417,6 +465,11 @@ cmd_stop()
     side_stop "$STATE/standby"
     side_stop "$STATE/aged"
     side_stop "$STATE/durable"
+    pgbouncer_stop "$STATE/pgbouncer"
+    tls_stop
+    side_stop "$STATE/fo-standby"
+    side_stop "$STATE/fo-primary"
+    side_stop "$STATE/listen"
     if is_running; then
         if ! as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t 60 >/dev/null &&
             postmaster_alive; then
@@ -641,6 +694,387 @@ cmd_durable_url()
     side_url "$STATE/durable"
 }
 
+# ---- the failover pair (a scratch primary and its asynchronous standby) ------------------------
+
+# side_init DIR LOGNAME: initdb a scratch cluster in DIR
+side_init()
+{
+    as_owner rm -rf "$1"
+    as_owner "$BINDIR/initdb" -D "$1" --auth=trust -U postgres --encoding=UTF8 --locale=C \
+        --no-sync >"$STATE/$2-initdb.log" 2>&1 || {
+        cat "$STATE/$2-initdb.log" >&2
+        die "initdb of the $2 cluster failed"
+    }
+}
+
+failover_url()
+{
+    local p s
+    p="$(head -n 1 "$STATE/fo-primary.port" 2>/dev/null)" || return 1
+    s="$(head -n 1 "$STATE/fo-standby.port" 2>/dev/null)" || return 1
+    [[ -n "$p" && -n "$s" ]] || return 1
+    printf 'postgresql://postgres@127.0.0.1:%s,127.0.0.1:%s/postgres?target_session_attrs=read-write\n' \
+        "$p" "$s"
+}
+
+cmd_failover_start()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    local pport sport PDATA="$STATE/fo-primary" SDATA="$STATE/fo-standby"
+    # always a fresh pair: one left behind may be half failed over
+    side_stop "$SDATA"
+    side_stop "$PDATA"
+    side_init "$PDATA" fo-primary
+    pport="$(pick_port "" "$(current_port)")" || die "no free port for the failover primary"
+    {
+        printf '\n# ---- buzz-backfill failover primary (scripts/pg.sh failover-start) ----\n'
+        printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = %s\n" \
+            "$pport" "$(conf_quote "$SOCK")"
+        printf 'fsync = off\nfull_page_writes = off\nmax_connections = 100\n'
+        printf 'wal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\n'
+        printf 'logging_collector = off\n'
+        grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
+    } | as_owner tee -a "$PDATA/postgresql.conf" >/dev/null
+    printf '%s\n' "$pport" >"$STATE/fo-primary.port"
+    side_start "$PDATA" "$STATE/fo-primary.log" "$pport" "failover primary" >/dev/null
+    as_owner "$BINDIR/pg_basebackup" -D "$SDATA" -h 127.0.0.1 -p "$pport" -U postgres -R \
+        -C -S buzz_failover -X stream -c fast -d "application_name=buzz_failover" \
+        >"$STATE/fo-basebackup.log" 2>&1 || {
+        cat "$STATE/fo-basebackup.log" >&2
+        die "pg_basebackup of the failover standby failed"
+    }
+    sport="$(pick_port "" "$pport")" || die "no free port for the failover standby"
+    [[ "$sport" != "$(current_port)" ]] || sport="$(pick_port "" "$sport")"
+    printf 'port = %s\nhot_standby = on\n' "$sport" | as_owner tee -a "$SDATA/postgresql.conf" \
+        >/dev/null
+    printf '%s\n' "$sport" >"$STATE/fo-standby.port"
+    side_start "$SDATA" "$STATE/fo-standby.log" "$sport" "failover standby" >/dev/null
+    local i state=""
+    for ((i = 0; i < 300; i++)); do
+        state="$("$BINDIR/psql" -h 127.0.0.1 -p "$pport" -U postgres -d postgres -qtAc \
+            "SELECT state FROM pg_stat_replication WHERE application_name = 'buzz_failover'" \
+            2>/dev/null || true)"
+        if [[ "$state" == streaming ]]; then
+            failover_url
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "the failover standby does not stream after 30 s (log: $STATE/fo-standby.log)"
+}
+
+cmd_failover_url()
+{
+    resolve_state
+    [[ -n "$STATE" && -d "$STATE/fo-primary" ]] || die "the failover pair does not exist"
+    failover_url || die "the failover pair does not exist"
+}
+
+cmd_failover_primary_stop()
+{
+    take_lock
+    resolve_state
+    { [[ -n "$STATE" ]] && side_running "$STATE/fo-primary"; } || die "the failover primary does not run"
+    as_owner "$BINDIR/pg_ctl" stop -D "$STATE/fo-primary" -m immediate -w -t 30 >/dev/null ||
+        die "could not stop the failover primary"
+    echo "$PROG: failover primary stopped (immediate)"
+}
+
+cmd_failover_promote()
+{
+    take_lock
+    resolve_state
+    { [[ -n "$STATE" ]] && side_running "$STATE/fo-standby"; } || die "the failover standby does not run"
+    as_owner "$BINDIR/pg_ctl" promote -D "$STATE/fo-standby" -w -t 60 >/dev/null ||
+        die "could not promote the failover standby (log: $STATE/fo-standby.log)"
+    echo "$PROG: failover standby promoted"
+}
+
+cmd_failover_old_primary_start()
+{
+    take_lock
+    resolve_state
+    local PDATA="$STATE/fo-primary" sport
+    [[ -n "$STATE" && -f "$PDATA/PG_VERSION" ]] || die "the failover pair does not exist"
+    side_running "$PDATA" && die "the old primary runs already"
+    sport="$(head -n 1 "$STATE/fo-standby.port")"
+    as_owner touch "$PDATA/standby.signal"
+    printf "primary_conninfo = 'host=127.0.0.1 port=%s user=postgres application_name=buzz_old_primary'\n" \
+        "$sport" | as_owner tee -a "$PDATA/postgresql.auto.conf" >/dev/null
+    as_owner "$BINDIR/pg_ctl" start -D "$PDATA" -l "$STATE/fo-primary.log" -w -t 60 >/dev/null ||
+        die "the old primary did not start (log: $STATE/fo-primary.log)"
+    echo "$PROG: old primary started as a standby"
+}
+
+cmd_failover_stop()
+{
+    take_lock
+    resolve_state
+    [[ -n "$STATE" ]] || return 0
+    side_stop "$STATE/fo-standby"
+    side_stop "$STATE/fo-primary"
+    rm -f "$STATE/fo-primary.port" "$STATE/fo-standby.port"
+    echo "$PROG: failover pair stopped"
+}
+
+# ---- the listen cluster (also on a test's own address) -----------------------------------------
+
+cmd_listen_start()
+{
+    local addr="${1:-}" cidr="${2:-}"
+    [[ "$addr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "listen-start: ADDR must be an IPv4 address"
+    [[ "$cidr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+/[0-9]+$ ]] ||
+        die "listen-start: CLIENT_CIDR must be an IPv4 network, e.g. 169.254.0.0/30"
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    local port LDATA="$STATE/listen"
+    if side_running "$LDATA"; then
+        side_url "$LDATA"
+        return 0
+    fi
+    side_init "$LDATA" listen
+    port="$(pick_port "" "$(current_port)")" || die "no free port for the listen cluster"
+    {
+        printf '\n# ---- buzz-backfill listen cluster (scripts/pg.sh listen-start) ----\n'
+        printf "listen_addresses = '127.0.0.1, %s'\nport = %s\nunix_socket_directories = %s\n" \
+            "$addr" "$port" "$(conf_quote "$SOCK")"
+        printf 'fsync = off\nfull_page_writes = off\nmax_connections = 100\n'
+        printf 'logging_collector = off\n'
+        grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
+    } | as_owner tee -a "$LDATA/postgresql.conf" >/dev/null
+    printf 'host all all %s trust\n' "$cidr" | as_owner tee -a "$LDATA/pg_hba.conf" >/dev/null
+    side_start "$LDATA" "$STATE/listen.log" "$port" "listen cluster"
+}
+
+cmd_listen_stop()
+{
+    cmd_side_stop "listen cluster" listen
+}
+
+# ---- PgBouncer in front of the private cluster -------------------------------------------------
+
+PGBOUNCER=""
+
+find_pgbouncer()
+{
+    local b
+    for b in "$(command -v pgbouncer 2>/dev/null || true)" /usr/sbin/pgbouncer; do
+        if [[ -n "$b" && -x "$b" ]]; then
+            PGBOUNCER="$b"
+            return 0
+        fi
+    done
+    die "pgbouncer not found (run scripts/deps.sh)"
+}
+
+# Is PID a live process (not a zombie that PID 1 did not reap)?
+pid_alive()
+{
+    local stat
+    [[ "$1" =~ ^[0-9]+$ ]] || return 1
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    stat="${stat##*) }"
+    [[ "${stat%% *}" != [ZX] ]]
+}
+
+# The PID of the pooler running from DIR (fails when none runs).
+pgbouncer_pid()
+{
+    local pid
+    [[ -f "$1/pgbouncer.pid" ]] || return 1
+    pid="$(head -n 1 "$1/pgbouncer.pid" 2>/dev/null || true)"
+    pid_alive "$pid" || return 1
+    printf '%s\n' "$pid"
+}
+
+# Stop the pooler of DIR (SIGTERM: immediate shutdown, every client dropped) and delete DIR.
+pgbouncer_stop()
+{
+    local pid i
+    if pid="$(pgbouncer_pid "$1")"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            pid_alive "$pid" || break
+            sleep 0.1
+        done
+        if pid_alive "$pid"; then
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    if [[ -d "$1" ]]; then
+        as_owner rm -rf "$1"
+    fi
+    return 0
+}
+
+cmd_pgbouncer_start()
+{
+    local mode="${1:-}"
+    [[ "$mode" == session || "$mode" == transaction ]] ||
+        die "usage: $PROG pgbouncer-start session|transaction"
+    find_pgbouncer
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    local primary port attempt BDIR="$STATE/pgbouncer"
+    primary="$(current_port)" || die "cannot determine the port"
+    if pgbouncer_pid "$BDIR" >/dev/null && [[ "$(cat "$BDIR/mode" 2>/dev/null)" == "$mode" ]]; then
+        url_for_port "$(cat "$BDIR/port")"
+        return 0
+    fi
+    pgbouncer_stop "$BDIR"
+    for ((attempt = 1; attempt <= 3; attempt++)); do
+        as_owner mkdir -p "$BDIR"
+        port="$(pick_port "" "$primary")" || die "no free port for PgBouncer"
+        # trust (the cluster's own auth) still needs the user in auth_file; every database name
+        # goes to the private cluster; DISCARD ALL when a session-mode client leaves
+        printf '"postgres" ""\n' | as_owner tee "$BDIR/userlist.txt" >/dev/null
+        as_owner tee "$BDIR/pgbouncer.ini" >/dev/null <<INI
+;; buzz-backfill test pooler (scripts/pg.sh pgbouncer-start $mode)
+[databases]
+* = host=127.0.0.1 port=$primary
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $BDIR/userlist.txt
+admin_users = postgres
+pool_mode = $mode
+max_client_conn = 400
+default_pool_size = 60
+server_reset_query = DISCARD ALL
+ignore_startup_parameters = extra_float_digits
+logfile = $BDIR/pgbouncer.log
+pidfile = $BDIR/pgbouncer.pid
+INI
+        if as_owner "$PGBOUNCER" -d "$BDIR/pgbouncer.ini" >"$STATE/pgbouncer-start.log" 2>&1 &&
+            wait_ready "$port"; then
+            printf '%s\n' "$mode" >"$BDIR/mode"
+            printf '%s\n' "$port" >"$BDIR/port"
+            url_for_port "$port"
+            return 0
+        fi
+        # lost a race for the port? then another one
+        if grep -qE 'Address already in use' "$BDIR/pgbouncer.log" "$STATE/pgbouncer-start.log" \
+            2>/dev/null; then
+            note "port $port got taken, retrying"
+            pgbouncer_stop "$BDIR"
+            continue
+        fi
+        cat "$STATE/pgbouncer-start.log" "$BDIR/pgbouncer.log" >&2 2>/dev/null || true
+        pgbouncer_stop "$BDIR"
+        die "PgBouncer did not start"
+    done
+    die "PgBouncer did not start: no free port"
+}
+
+cmd_pgbouncer_stop()
+{
+    take_lock
+    resolve_state
+    [[ -n "$STATE" ]] || return 0
+    pgbouncer_stop "$STATE/pgbouncer"
+    echo "$PROG: PgBouncer stopped"
+}
+
+# ---- the TLS cluster (ssl = on, verify-full, a password) ----------------------------------------
+
+# The TLS cluster's URL (its password in it: a throwaway one), then its CA file's path.
+tls_url()
+{
+    local dir="$1" port
+    port="$(sed -n 4p "$dir/data/postmaster.pid")"
+    # hostaddr connects without a name lookup; host is the name verify-full checks
+    printf 'postgresql://postgres:%s@localhost:%s/postgres?hostaddr=127.0.0.1&%s\n' \
+        "$(cat "$dir/password")" "$port" "sslmode=verify-full&sslrootcert=$dir/certs/ca.crt"
+    printf '%s\n' "$dir/certs/ca.crt"
+}
+
+tls_stop()
+{
+    [[ -n "$STATE" ]] || return 0
+    side_stop "$STATE/tls/data"
+    if [[ -d "$STATE/tls" ]]; then
+        as_owner rm -rf "$STATE/tls"
+    fi
+    return 0
+}
+
+# A CA and a server certificate for "localhost" signed by it, in DIR (as the cluster's owner: the
+# server's key must be its own, mode 0600).
+tls_make_certs()
+{
+    local dir="$1" ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    command -v openssl >/dev/null 2>&1 || die "openssl not found"
+    as_owner mkdir -p "$dir"
+    as_owner openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=buzz-backfill test CA" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" >/dev/null 2>&1 || die "openssl: the CA failed"
+    as_owner openssl req -new "${ec[@]}" -subj "/CN=localhost" -keyout "$dir/server.key" \
+        -out "$dir/server.csr" >/dev/null 2>&1 || die "openssl: the server key failed"
+    printf 'subjectAltName = DNS:localhost\nextendedKeyUsage = serverAuth\n' |
+        as_owner tee "$dir/server.ext" >/dev/null
+    as_owner openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.crt" >/dev/null 2>&1 ||
+        die "openssl: the server certificate failed"
+    as_owner chmod 600 "$dir/server.key" "$dir/ca.key"
+    as_owner chmod 644 "$dir/ca.crt"
+}
+
+cmd_tls_start()
+{
+    take_lock
+    resolve_state
+    is_running || die "not running (use: $0 start)"
+    local port password TDIR="$STATE/tls"
+    if side_running "$TDIR/data"; then
+        tls_url "$TDIR"
+        return 0
+    fi
+    tls_stop
+    as_owner mkdir -p "$TDIR"
+    tls_make_certs "$TDIR/certs"
+    password="$(openssl rand -hex 16)"
+    printf '%s\n' "$password" | as_owner tee "$TDIR/password" >/dev/null
+    as_owner chmod 600 "$TDIR/password"
+    as_owner "$BINDIR/initdb" -D "$TDIR/data" --auth-local=trust --auth-host=scram-sha-256 \
+        -U postgres --pwfile="$TDIR/password" --encoding=UTF8 --locale=C --no-sync \
+        >"$STATE/tls-initdb.log" 2>&1 || {
+        cat "$STATE/tls-initdb.log" >&2
+        die "initdb of the TLS cluster failed"
+    }
+    # over TCP only TLS and the password; the unix socket trusts (as the other clusters)
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all all reject\n' |
+        as_owner tee "$TDIR/data/pg_hba.conf" >/dev/null
+    port="$(pick_port "" "$(current_port)")" || die "no free port for the TLS cluster"
+    {
+        printf '\n# ---- buzz-backfill TLS side cluster (scripts/pg.sh tls-start) ----\n'
+        printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = %s\n" \
+            "$port" "$(conf_quote "$SOCK")"
+        printf 'fsync = off\nssl = on\nssl_cert_file = %s\nssl_key_file = %s\n' \
+            "$(conf_quote "$TDIR/certs/server.crt")" "$(conf_quote "$TDIR/certs/server.key")"
+        printf 'max_connections = 100\nlogging_collector = off\n'
+        grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
+    } | as_owner tee -a "$TDIR/data/postgresql.conf" >/dev/null
+    as_owner "$BINDIR/pg_ctl" start -D "$TDIR/data" -l "$STATE/tls.log" -w -t 60 >/dev/null ||
+        die "TLS cluster start failed (log: $STATE/tls.log)"
+    wait_ready "$port" || die "TLS cluster not accepting connections (log: $STATE/tls.log)"
+    tls_url "$TDIR"
+}
+
+cmd_tls_stop()
+{
+    take_lock
+    resolve_state
+    tls_stop
+    echo "$PROG: TLS cluster stopped"
+}
+
 cmd_url()
 {
     resolve_state
@@ -683,8 +1117,12 @@ main()
         cmd="crash_restart"
         ;;
     standby-start | standby-stop | aged-start | aged-stop | durable-start | durable-stop | \
-        durable-url)
-        cmd="${cmd/-/_}"
+        durable-url | failover-start | failover-url | failover-primary-stop | failover-promote | \
+        failover-old-primary-start | failover-stop | listen-start | listen-stop)
+        cmd="${cmd//-/_}"
+        ;;
+    pgbouncer-start | pgbouncer-stop | tls-start | tls-stop)
+        cmd="${cmd//-/_}"
         ;;
     "")
         usage >&2
