@@ -11,12 +11,18 @@
  *     (explicit, by <the daemon's owner>)" and `list --wide` the VALIDATING cell "50/~300";
  *
  * released, validate prints success and exit 0, and get shows "validating:  -" (finished).
+ * Then a daemon with a short allowance (lease 2 s) is killed (SIGKILL) while its explicit
+ * validation waits at the barrier; once the allowance has passed, get on a new daemon shows
+ * "validating:  stopped at 50 rows checked, 0 need repair (silent <age>)" and list --wide
+ * "stopped 50", never a validation running forever.
  *
  * Guards proved (each seen failing with it removed): server/src/convert.c
  * convert_validation_progress (the Backfill message carries nothing: no "validating:" line),
  * client/src/buzzctl_ops.c ops_validate_watch's validating part of the progress line, and
  * client/src/projection.c project_validating's finished check (get keeps showing the figures
- * of a finished run as if it were running).
+ * of a finished run as if it were running), and its running check (a dead validator's figures
+ * shown as running, "50 of ~300 rows checked": test_crashed_validator's get never says
+ * "stopped at").
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -223,10 +229,61 @@ static void test_validate_progress(void **state)
     PQfinish(holder);
 }
 
+/* A daemon that validates with a short allowance: lease 2 s, statement timeout 1.8 s. */
+static void start_short(bd_daemon *dd)
+{
+    bd_options o = bd_defaults();
+    o.workers = 1;
+    o.lease_ms = 2000;
+    static char extra[320];
+    snprintf(extra, sizeof extra, "definitions_dir = '%s/defs'", bd_dir());
+    o.extra = extra;
+    bd_start(dd, &o);
+}
+
+/* After test_validate_progress (the backfill completed). */
+static void test_crashed_validator(void **state)
+{
+    (void)state;
+    bd_stop(&d);
+    bd_daemon victim;
+    start_short(&victim);
+    PGconn *holder = bt_connect();
+    bt_lock(holder, BARRIER);
+    cli_run v;
+    cli_start(&v, victim.ipc_url, (const char *const[]){"validate", ID, NULL});
+    bt_wait_waiters(pg, BARRIER, 1);
+    int backend = bt_barrier_waiter_pid(pg, BARRIER);
+    bd_kill(&victim); /* the daemon crashes mid-validation: its entry stays unfinished */
+    cli_finish(&v);
+    assert_int_not_equal(v.status, 0);
+    bt_unlock(holder, BARRIER);
+    bt_wait_backend_gone(pg, backend);
+    start_short(&d);
+    /* PostgreSQL's clock decides when the dead validator's allowance has passed */
+    char *get = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(get);
+        get = cli((const char *const[]){"get", ID, NULL}, 0);
+        if (strstr(get, "validating:  stopped at ") != NULL)
+            break;
+        bd_sleep_ms(100);
+    }
+    printf("%s", get);
+    want_checked(get, "validating:  stopped at ", " rows checked, 0 need repair (silent ");
+    char *list = cli((const char *const[]){"list", "--wide", NULL}, 0);
+    printf("%s", list);
+    want_checked(list, " stopped ", " ");
+    free(get);
+    free(list);
+    PQfinish(holder);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate_progress),
+        cmocka_unit_test(test_crashed_validator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
