@@ -12,6 +12,8 @@ PACKAGES=(
     libpq-dev
     postgresql-15
     postgresql-client-15
+    pgbouncer
+    openssl
     libprotobuf-c-dev
     protobuf-c-compiler
     libnng-dev
