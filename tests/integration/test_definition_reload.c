@@ -22,6 +22,10 @@
  *     ids_required exchange after the first) removed, Readiness stays ready after SIGHUP
  *     (assert_false(r->ready) fails); the live add (deffile.c defdir_join: bf_registry_add on
  *     d->reg) removed, the same assertion fails (nothing gates, Start would find no definition);
+ *   - joins, in the ASan build (BUZZ_SANITIZE): the growth of the engine's per-definition bits
+ *     (batch.c loop_ensure: `index >= e->nprepared`) removed, the idle worker's engine, opened
+ *     before the registry grew, reads past them (heap-buffer-overflow in loop_ensure) and the
+ *     daemon dies (Admin.Get fails);
  *   - refused: the registration verdict (deffile.c defdir_join: `if (rerr != BF_OK)`) removed,
  *     the file joins and the "1 refused" summary never appears.
  */
