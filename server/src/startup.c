@@ -338,6 +338,8 @@ int srv_preflight_command(const srv_config *cfg)
         err = bf_preflight(e, id, report, sizeof report);
         if (err == BF_OK) {
             printf("ok    %s: %s\n", id, report);
+        } else if (strncmp(report, bf_err_str(err), strlen(bf_err_str(err))) == 0) {
+            printf("FAIL  %s: %s\n", id, report); /* the report already names the error */
         } else {
             printf("FAIL  %s: %s: %s\n", id, bf_err_str(err), report);
             failed++;
