@@ -507,8 +507,9 @@ bf_err bf_config_check(const bf_config *cfg, char *diag, size_t diag_len)
  * the probe the server we just released (PgBouncer reuses the most recently used idle server)
  * or, when the probe got another one, may move ours. A probe that cannot connect, or waits for a
  * server (a full session pool: our idle connection keeps its backend), settles nothing, and the
- * connection is accepted. A direct connection costs no probe: the server sees our own socket
- * (the backend's client address and port are this socket's local ones).
+ * connection is accepted. A direct connection costs no probe: over TCP the server sees our own
+ * socket (the backend's client address and port are this socket's local ones), over a unix
+ * socket our peer is the postmaster that forked our backend.
  */
 
 #define ENGINE_PROBE_WAIT_MS 2000
@@ -551,6 +552,30 @@ static bool engine_socket_is(PGconn *c, int port, const char *addr)
         (void)inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof text);
     }
     return local == port && text[0] != '\0' && strcmp(text, addr) == 0;
+}
+
+/* Over a unix socket: is the process at the other end (the postmaster, whose socket we reached)
+ * our backend's parent? Both pids as this host's /proc sees them; anything unclear (another pid
+ * namespace, no /proc) says no, and the probe decides. */
+static bool engine_unix_is_direct(PGconn *c, int backend_pid)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (PQsocket(c) < 0 || getsockopt(PQsocket(c), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        cred.pid <= 0)
+        return false;
+    char path[64], stat[512];
+    bf__format(path, sizeof path, "/proc/%d/stat", backend_pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *p = strrchr(stat, ')'); /* "pid (comm) state ppid ..." */
+    char state = 0;
+    int ppid = 0;
+    return p != NULL && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && ppid == cred.pid;
 }
 
 /* Wait (until deadline_us) for the probe's next result; NULL when none came or it failed. */
@@ -603,8 +628,9 @@ static bf_err engine_session_kept(bf_engine *e)
         bf__log(e, BF_LOG_ERROR, "session check failed: %s", PQerrorMessage(e->conn));
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
     }
-    if (port >= 0 && engine_socket_is(e->conn, port, addr))
+    if (port >= 0 ? engine_socket_is(e->conn, port, addr) : engine_unix_is_direct(e->conn, pid))
         return BF_OK; /* nothing between us and the server */
+    bf__log(e, BF_LOG_DEBUG, "session check: not a direct connection, probing with a second one");
     PGconn *probe = PQconnectdb(e->conninfo);
     if (probe == NULL)
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");

@@ -223,6 +223,8 @@ static void test_session_pooling_end_to_end(void **state)
     assert_int_equal(bd_component(r, "database")->status, BD_CS(READY));
     bd_free(r);
     bfc_close(c);
+    /* the session check ran its probe through the pooler, and let it through */
+    assert_true(bd_log_contains(&b, "probing with a second one"));
     assert_false(bd_log_contains(&b, "does not keep its session"));
     bd_stop(&b);
     PQfinish(holder);
