@@ -71,6 +71,11 @@ if(TARGET buzz-backfilld)
           DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                                 WORLD_READ WORLD_EXECUTE
           COMPONENT daemon)
+  # modules: where the packaged configuration's example names the definitions module
+  install(DIRECTORY DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/buzz-backfill
+          DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                                WORLD_READ WORLD_EXECUTE
+          COMPONENT daemon)
 endif()
 if(TARGET buzzctl)
   install(TARGETS buzzctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ctl)
@@ -122,7 +127,10 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME buzz-backfill)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "buzz-backfill developers <maintainers@buzz-backfill.example.com>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "durable PostgreSQL data backfills for a Nostr relay")
+# No CPACK_PACKAGE_DESCRIPTION_SUMMARY: CPackDeb would put it above every component's own
+# summary line (one summary for five packages, theirs shown as a verbatim paragraph). Each
+# component's description is its summary line, then plain lines that CPackDeb indents by one
+# space (lines that already start with a space would be shown verbatim by apt).
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_COMPONENTS_ALL daemon ctl lib client dev)
@@ -146,30 +154,30 @@ set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA
     ${BUZZ_PKG_DIR}/deb/daemon/prerm ${BUZZ_PKG_DIR}/deb/daemon/postrm)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_COMPONENT_DAEMON_DESCRIPTION
-    "buzz-backfill engine service\n Runs durable, resumable, validated PostgreSQL backfills after a schema change\n and serves the Admin and Readiness APIs over nng (ipc, tcp, tls+tcp).")
+    "buzz-backfill engine service\nRuns durable, resumable, validated PostgreSQL backfills after a schema change\nand serves the Admin and Readiness APIs over nng (ipc, tcp, tls+tcp).")
 
 set(CPACK_DEBIAN_CTL_PACKAGE_NAME buzzctl)
 set(CPACK_DEBIAN_CTL_PACKAGE_SECTION admin)
 set(CPACK_COMPONENT_CTL_DESCRIPTION
-    "operator client of buzz-backfilld\n Lists, starts, pauses, resumes, retries and validates backfills, checks\n readiness and mints capability tokens.")
+    "operator client of buzz-backfilld\nLists, starts, pauses, resumes, retries and validates backfills, checks\nreadiness and mints capability tokens.")
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libbuzz-backfill1)
 set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${BUZZ_PKG_DIR}/deb/lib/triggers)
 set(CPACK_COMPONENT_LIB_DESCRIPTION
-    "durable PostgreSQL backfill engine (shared library)\n The engine behind buzz-backfilld: lifecycle, fenced claims, bounded batches\n and validation, with PostgreSQL as the only authority.")
+    "durable PostgreSQL backfill engine (shared library)\nThe engine behind buzz-backfilld: lifecycle, fenced claims, bounded batches\nand validation, with PostgreSQL as the only authority.")
 
 set(CPACK_DEBIAN_CLIENT_PACKAGE_NAME libbuzz-backfill-client1)
 set(CPACK_DEBIAN_CLIENT_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_CLIENT_PACKAGE_CONTROL_EXTRA ${BUZZ_PKG_DIR}/deb/lib/triggers)
 set(CPACK_COMPONENT_CLIENT_DESCRIPTION
-    "client library of buzz-backfilld (shared library)\n Admin and Readiness calls over nng with the generated protobuf-c stubs: what\n a relay links to ask whether it may serve.")
+    "client library of buzz-backfilld (shared library)\nAdmin and Readiness calls over nng with the generated protobuf-c stubs: what\na relay links to ask whether it may serve.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libbuzz-backfill-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
     "libbuzz-backfill1 (= ${PROJECT_VERSION}-1), libbuzz-backfill-client1 (= ${PROJECT_VERSION}-1), libpq-dev, libprotobuf-c-dev, libsodium-dev")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
-    "durable PostgreSQL backfill engine (development files)\n Headers, pkg-config files and CMake package configuration for writing\n backfill definitions, embedding the engine and calling the service.")
+    "durable PostgreSQL backfill engine (development files)\nHeaders, pkg-config files and CMake package configuration for writing\nbackfill definitions, embedding the engine and calling the service.")
 
 include(CPack)

@@ -40,8 +40,29 @@ cleanup()
 }
 trap cleanup EXIT
 
+echo "--- the control files' descriptions (as apt show renders them)"
+for deb in "${debs[@]}"; do
+    desc="$(dpkg-deb -f "$deb" Description)"
+    # the package's own summary, then continuation lines of one leading space (two or more
+    # make apt show them verbatim) or " ." for an empty line
+    [[ "$(head -n 1 <<<"$desc")" != "durable PostgreSQL data backfills for a Nostr relay" ]] ||
+        die "${deb##*/}: the project's summary instead of the package's"
+    if tail -n +2 <<<"$desc" | grep -qvE '^ [^ ]|^ \.$'; then
+        die "${deb##*/}: a description line is not ' text' or ' .': $(tail -n +2 <<<"$desc" | head -n 2)"
+    fi
+    (($(wc -l <<<"$desc") >= 2)) || die "${deb##*/}: no long description"
+done
+
 echo "--- install"
-DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}"
+install_log="$(mktemp)"
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}" 2>&1 |
+    tee "$install_log"
+((PIPESTATUS[0] == 0)) || die "apt-get install failed"
+# postinst makes the system user quietly (adduser warned about the home it did not create)
+if grep -iE '^(warning|adduser)|home dir' "$install_log"; then
+    die "the installation printed the warning above"
+fi
+rm -f "$install_log"
 manifest="$(mktemp)"
 for p in "${PKGS[@]}"; do
     dpkg -L "$p" >>"$manifest"
@@ -54,6 +75,15 @@ getent passwd buzz-backfill >/dev/null || die "no buzz-backfill system user"
 [[ -d /run/buzz-backfill ]] || die "no /run/buzz-backfill"
 for page in buzz-backfilld.8 buzz-backfilld.conf.5 buzzctl.1; do
     [[ -f "/usr/share/man/man${page##*.}/$page.gz" ]] || die "man page $page not installed"
+    # an scdoc underline that did not open stays literal after the bold (BUZZ_BACKFILL__KEY_)
+    if zgrep -nE '\\fR_[A-Za-z]+_|BUZZ_BACKFILL__' "/usr/share/man/man${page##*.}/$page.gz"; then
+        die "man page $page shows literal underscores (scdoc escaping)"
+    fi
+done
+# the modules directory the configuration's example names, and definitions_dir (root's only)
+for d in /usr/lib/buzz-backfill /etc/buzz-backfill/definitions.d; do
+    [[ "$(stat -c '%a %U' "$d" 2>/dev/null)" == "755 root" ]] ||
+        die "$d: $(stat -c '%a %U' "$d" 2>&1), want a directory 755 root"
 done
 pkg-config --exists libbuzz-backfill || die "pkg-config does not find libbuzz-backfill"
 pkg-config --exists libbuzz-backfill-client || die "pkg-config does not find libbuzz-backfill-client"
@@ -82,6 +112,24 @@ cc -std=c11 -Wall -Werror -o "$work/relay_readiness" "$ROOT/examples/relay_readi
 
 echo "--- check-config of the installed default configuration"
 BUZZ_BACKFILL_CONFIG="$CONF" /usr/sbin/buzz-backfilld check-config >/dev/null
+# metrics and probes are on after install, on loopback
+http_url="$(sed -n "s/^http_listen *= *'\{0,1\}\(http:\/\/127\.0\.0\.1:[0-9]*\)'\{0,1\} *$/\1/p" "$CONF")"
+[[ -n "$http_url" ]] || die "$CONF does not set http_listen on 127.0.0.1"
+
+echo "--- the container image's configuration listens on the ports the Dockerfile exposes"
+image_conf="$ROOT/packaging/container/buzz-backfilld.conf"
+env -u BUZZ_BACKFILL_CONFIG BUZZ_BACKFILL_DATABASE_URL=postgresql://buzz@db.invalid/relay \
+    /usr/sbin/buzz-backfilld --config "$image_conf" check-config >"$work/image.conf" ||
+    die "check-config refused $image_conf"
+exposed="$(sed -n 's/^EXPOSE //p' "$ROOT/Dockerfile" | tr ' ' '\n' | sed 's,/tcp$,,' | grep . |
+    sort -u)"
+listeners="$(grep -E '^(listen|http_listen) = ' "$work/image.conf" | grep -oE '://[^,'"'"' ]+:[0-9]+')"
+listening="$(grep -oE '[0-9]+$' <<<"$listeners" | sort -u)"
+[[ -n "$exposed" && "$exposed" == "$listening" ]] ||
+    die "the Dockerfile exposes ${exposed//$'\n'/ }, the image's configuration listens on ${listening//$'\n'/ }"
+if grep -E '://(127\.|localhost|\[::1\])' <<<"$listeners"; then
+    die "the image's configuration listens on loopback, which nothing outside the container reaches"
+fi
 
 echo "--- the installed daemon against the test cluster"
 db="buzz_pkg_$$"
@@ -110,6 +158,14 @@ fi
 /usr/bin/buzzctl -u "ipc://$SOCK" whoami
 /usr/bin/buzzctl -u "ipc://$SOCK" list
 /usr/bin/buzzctl -u "ipc://$SOCK" ready
+echo "--- the installed configuration serves $http_url/metrics, /livez and /readyz"
+metrics="$(curl -fsS --max-time 10 "$http_url/metrics")" || die "GET $http_url/metrics failed"
+grep -q '^buzz_backfill_build_info{version="' <<<"$metrics" || die "/metrics lacks build_info"
+grep -qx 'buzz_backfill_database_up 1' <<<"$metrics" || die "/metrics: database_up is not 1"
+[[ "$(curl -fsS --max-time 10 "$http_url/livez")" == ok ]] || die "GET $http_url/livez failed"
+curl -fsS --max-time 10 "$http_url/readyz" | grep -q '"status":"ready"' ||
+    die "GET $http_url/readyz is not ready"
+echo "$(grep -c '^buzz_backfill_' <<<"$metrics") samples"
 echo "--- Readiness.Check from a program built against the installed client library"
 "$work/relay_readiness" "ipc://$SOCK"
 rm -rf "$work"
