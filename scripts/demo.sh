@@ -39,9 +39,10 @@ Runs the buzz-backfill demo from a fresh checkout:
   3. scripts/pg.sh start   a private PostgreSQL 15 cluster on 127.0.0.1
   4. database $db_name    dropped and created again, then examples/demo/schema.sql, seed.sql
                            (N historical events) and write_path.sql (the new write path)
-  5. tokens and config     in a private temporary directory: a demo signing key, an operator
-                           token and a read-only token (buzzctl token keygen/mint), the
-                           trusted keys file and a buzz-backfilld configuration (an ipc://
+  5. tokens and config     in a private temporary directory: a demo signing key (removed
+                           when the demo ends, however it ends), an operator token and a
+                           read-only token (buzzctl token keygen/mint), the trusted keys
+                           file and a buzz-backfilld configuration (an ipc://
                            socket with boundary authority, a tcp://127.0.0.1 listener that
                            requires tokens, auto_migrate on, auto_backfill off)
   6. buzz-backfilld        started in the background (it migrates the engine schema and
@@ -163,7 +164,8 @@ step()
     printf '\n==> %s\n' "$*"
 }
 
-# ---- cleanup: stop the daemon, show its log on failure, stop the cluster (--stop) ----------
+# ---- cleanup: stop the daemon, show its log on failure, remove the signing keys, stop the
+# cluster (--stop) ----------------------------------------------------------------------------
 DEMO_DIR=""
 DAEMON_LOG=""
 daemon_pid=""
@@ -189,6 +191,11 @@ on_exit()
     local rc=$?
     trap - EXIT INT TERM
     stop_daemon_quietly
+    # the demo's signing key mints tokens the configuration trusts: it does not outlive the run
+    # (nor does the forger's); the tokens, the public key file and the log stay to look at
+    if [[ -n "$DEMO_DIR" ]]; then
+        rm -f -- "$DEMO_DIR/demo.secret" "$DEMO_DIR/forger.secret"
+    fi
     if ((rc != 0)) && [[ -n "$DAEMON_LOG" && -s "$DAEMON_LOG" ]]; then
         echo >&2
         echo "---- last 40 lines of the daemon log ($DAEMON_LOG) ----" >&2
@@ -741,7 +748,7 @@ fi
 if ((engine_only)); then
     ((stop)) || echo "  run again:    $RUNNER --db \"$DB_URL\" --module $MODULE"
 else
-    echo "  demo files:   $DEMO_DIR (configuration, keys, tokens)"
+    echo "  demo files:   $DEMO_DIR (configuration, public key, tokens; the signing keys are removed on exit)"
     echo "  daemon log:   $DAEMON_LOG"
     if ((!stop)); then
         echo "  daemon again: $DAEMON --config $DEMO_DIR/buzz-backfilld.conf &"

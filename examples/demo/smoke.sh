@@ -67,10 +67,15 @@ if [[ "${1:-}" == --service ]]; then
         echo "smoke.sh: FAILED: no daemon log at $daemon_log" >&2
         ok=0
     fi
+    # issue 19: the demo's signing keys do not outlive it (demo.sh's exit trap removes them)
+    if [[ -n "$demo_dir" ]] && compgen -G "$demo_dir/*.secret" >/dev/null; then
+        echo "smoke.sh: FAILED: signing keys left in $demo_dir: $(cd "$demo_dir" && echo *.secret)" >&2
+        ok=0
+    fi
     PGOPTIONS="-c client_min_messages=warning" "$PSQL" -X -q -d "$URL" \
         -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" || true
     if ((rc != 0 || !ok)); then
-        echo "smoke.sh: FAILED: scripts/demo.sh exited with $rc" >&2
+        echo "smoke.sh: FAILED (scripts/demo.sh exited with $rc)" >&2
         exit 1
     fi
     [[ -n "$demo_dir" && "$demo_dir" == */buzz-demo.* ]] && rm -rf "$demo_dir"
