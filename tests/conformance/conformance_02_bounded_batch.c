@@ -88,19 +88,14 @@ static const bf_definition slow_def = {
     .retry = {.max_attempts = 5, .base_ms = 1, .cap_ms = 5},
 };
 
-/* mutate the whole batch, then wait at the barrier: the mutation is certainly done */
-static bf_err slow_mutate(bf_txn *txn, void *arg)
-{
-    (void)arg;
-    long n = 0;
-    bf_err err = bf_txn_exec(txn,
-                             "UPDATE bb_slowcb t SET fixed = t.val * 2, counter = t.counter + 1"
-                             " FROM bf_batch b WHERE t.id = b.id AND t.fixed IS NULL",
-                             0, NULL, &n);
-    if (err == BF_OK)
-        err = bf_txn_exec(txn, "DO $$BEGIN PERFORM bt_barrier(22); END$$", 0, NULL, NULL);
-    return err;
-}
+/* mutate the whole batch, then wait at the barrier: the mutation is certainly done (SQL
+ * statements only, bt_sql_mutate: conformance/definitions/bounded.slow_cb_v1.def stands in) */
+static const char *slow_sql[] = {
+    "UPDATE bb_slowcb t SET fixed = t.val * 2, counter = t.counter + 1"
+    " FROM bf_batch b WHERE t.id = b.id AND t.fixed IS NULL",
+    "DO $$BEGIN PERFORM bt_barrier(22); END$$",
+    NULL,
+};
 
 static const bf_definition slow_cb_def = {
     .id = "bounded.slow_cb_v1",
@@ -109,19 +104,17 @@ static const bf_definition slow_cb_def = {
     .nkey = 1,
     .batch_size = 100,
     .needs_repair = "t.fixed IS NULL",
-    .mutate = slow_mutate,
+    .mutate = bt_sql_mutate,
+    .arg = slow_sql,
     .retry = {.max_attempts = 5, .base_ms = 1, .cap_ms = 5},
 };
 
 /* a callback that reaches beyond its batch: 100 batch rows plus rows 251..300 */
-static bf_err over_mutate(bf_txn *txn, void *arg)
-{
-    (void)arg;
-    return bf_txn_exec(txn,
-                       "UPDATE bb_over t SET fixed = t.val * 2, counter = t.counter + 1"
-                       " WHERE t.id IN (SELECT id FROM bf_batch) OR t.id > 250",
-                       0, NULL, NULL);
-}
+static const char *over_sql[] = {
+    "UPDATE bb_over t SET fixed = t.val * 2, counter = t.counter + 1"
+    " WHERE t.id IN (SELECT id FROM bf_batch) OR t.id > 250",
+    NULL,
+};
 
 static const bf_definition over_def = {
     .id = "bounded.over_v1",
@@ -130,7 +123,8 @@ static const bf_definition over_def = {
     .nkey = 1,
     .batch_size = 100,
     .needs_repair = "t.fixed IS NULL",
-    .mutate = over_mutate,
+    .mutate = bt_sql_mutate,
+    .arg = over_sql,
 };
 
 /* operator error: the declared key is not unique, every id appears twice. 99 selected rows

@@ -95,15 +95,17 @@ enum {
     EXIT_GATING_BASE = 50,
 };
 
-/* The mutation parks on the scenario's KEY_BATCH barrier (released except during the race). */
+/* The mutation parks on the scenario's KEY_BATCH barrier (released except during the race);
+ * the keys follow the definition's ID, so the unrelated definition is one definition whatever
+ * the scenario (it never claims, so its barrier is never reached). */
 static void child_definition(bf_definition *d, child_spec *s)
 {
+    memset(d, 0, sizeof *d);
+    d->id = s->mode == CHILD_FOREIGN ? "roll.unrelated_v1" : s->id;
     snprintf(s->update_set, sizeof s->update_set,
              "fixed = CASE WHEN public.bt_barrier(%d) THEN t.val * 2 END,"
              " counter = t.counter + 1",
-             scenario_keys(s->id) + KEY_BATCH);
-    memset(d, 0, sizeof *d);
-    d->id = s->mode == CHILD_FOREIGN ? "roll.unrelated_v1" : s->id;
+             scenario_keys(d->id) + KEY_BATCH);
     d->description = "rolling deployment";
     d->owner = "conformance";
     d->revision = s->revision;
@@ -196,14 +198,33 @@ static int child_incompatible(bf_engine *e, bf_worker *w, const bf_definition *d
     return 0;
 }
 
+/* What the child runs: def, or in the files variant (bt_files.h) the definition file of its ID
+ * with the child's revision. The incompatible deployment stays C: it is deliberately another
+ * definition under the same ID (other key types), which a second file of that ID would be. */
+static bool child_standin(const bf_definition **out, const bf_definition *def, const child_spec *s)
+{
+    char why[BF_DIAG_MAX] = "";
+    if (s->mode == CHILD_INCOMPATIBLE) {
+        *out = def;
+        return true;
+    }
+    if (bt_standin(out, def, s->revision, why, sizeof why) == BF_OK)
+        return true;
+    fprintf(stderr, "definition files: %s\n", why);
+    return false;
+}
+
 /* Runs in the child: no cmocka assertions here, only an exit status. */
 static int child_main(void *arg)
 {
     child_spec *s = arg;
-    bf_definition def;
-    child_definition(&def, s);
+    bf_definition c_def;
+    child_definition(&c_def, s);
+    const bf_definition *run = NULL;
+    if (!child_standin(&run, &c_def, s))
+        return EXIT_ENV;
     bf_registry *reg = NULL;
-    if (bf_registry_new(&reg) != BF_OK || bf_registry_add(reg, &def, NULL, 0) != BF_OK)
+    if (bf_registry_new(&reg) != BF_OK || bf_registry_add(reg, run, NULL, 0) != BF_OK)
         return EXIT_ENV;
     /* the parked batch waits on a barrier past the lease: its lock and statement timeouts must
      * not end it first */
@@ -224,7 +245,7 @@ static int child_main(void *arg)
     if (rc == 0) {
         switch (s->mode) {
         case CHILD_REGISTER:
-            rc = child_register(e, &def);
+            rc = child_register(e, run);
             break;
         case CHILD_RACE:
             rc = child_race(e, w, s->id, s->key_base);
@@ -233,7 +254,7 @@ static int child_main(void *arg)
             rc = child_foreign(w, s->id);
             break;
         case CHILD_INCOMPATIBLE:
-            rc = child_incompatible(e, w, &def);
+            rc = child_incompatible(e, w, run);
             break;
         }
     }
@@ -253,9 +274,13 @@ static int run_child(child_mode mode, const char *id, const char *table, const c
 /* ---- the parent: an operator process that never registers ------------------------------ */
 
 /* The operator's process runs the same definitions as both deployments (the child's
- * update_set with the scenario's KEY_BATCH barrier, 610 + 1 and 620 + 1): a materially
- * different definition under the same ID is refused (definition digest, schema version 8). */
+ * update_set with the scenario's KEY_BATCH barrier, 610 + 1 and 620 + 1, and its description
+ * and owner, so that one definition file stands in for both in the files variant): a
+ * materially different definition under the same ID is refused (definition digest, schema
+ * version 8). */
 static const bf_definition op_ab = {.id = ID_AB,
+                                    .description = "rolling deployment",
+                                    .owner = "conformance",
                                     .revision = "operator",
                                     .table = "roll_ab",
                                     .key = {{"id", BF_KEY_BIGINT}},
@@ -266,6 +291,8 @@ static const bf_definition op_ab = {.id = ID_AB,
                                     .update_set = "fixed = CASE WHEN public.bt_barrier(611) THEN"
                                                   " t.val * 2 END, counter = t.counter + 1"};
 static const bf_definition op_ba = {.id = ID_BA,
+                                    .description = "rolling deployment",
+                                    .owner = "conformance",
                                     .revision = "operator",
                                     .table = "roll_ba",
                                     .key = {{"id", BF_KEY_BIGINT}},

@@ -96,7 +96,9 @@ static const bf_definition def_secret = {
     .update_set = "fixed = public.bounded_convert(t.val), counter = t.counter + 1",
 };
 
-/* A callback that reports a far oversized diagnostic with its verdict. */
+/* A callback that reports a far oversized diagnostic with its verdict. It stays C in the files
+ * variant (bt_files.h): a file's invariant_message is one line of at most 200 bytes, and the
+ * point is a diagnostic four times the bound. */
 static bf_err long_diag_mutate(bf_txn *txn, void *arg)
 {
     (void)arg;

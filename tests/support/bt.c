@@ -1,5 +1,8 @@
 /* bt.c - test support: private databases, SQL helpers, barriers, child processes. */
 #include "bt.h"
+#ifdef BUZZ_TEST_FILES
+#include "bt_files.h"
+#endif
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -187,17 +190,55 @@ bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms)
     return e;
 }
 
+bf_err bt_standin(const bf_definition **out, const bf_definition *def, const char *revision,
+                  char *why, size_t why_len)
+{
+#ifdef BUZZ_TEST_FILES
+    bool files = false;
+    bf_err err = bt_files_mode(&files, why, why_len);
+    if (err != BF_OK)
+        return err;
+    if (files)
+        return bt_files_standin(out, def, revision, why, why_len);
+#else
+    const char *mode = getenv("BUZZ_CONFORMANCE_DEFINITIONS");
+    (void)revision;
+    if (mode != NULL && mode[0] != '\0') {
+        snprintf(why, why_len,
+                 "BUZZ_CONFORMANCE_DEFINITIONS is set, but this build has no "
+                 "definition file parser (buzz-server)");
+        return BF_ERR_INVALID_ARGUMENT;
+    }
+#endif
+    *out = def;
+    return BF_OK;
+}
+
 bf_registry *bt_registry(const bf_definition *const *defs, size_t n)
 {
     bf_registry *reg = NULL;
     assert_int_equal(bf_registry_new(&reg), BF_OK);
     for (size_t i = 0; i < n; i++) {
         char diag[BF_DIAG_MAX] = "";
-        bf_err err = bf_registry_add(reg, defs[i], diag, sizeof diag);
+        const bf_definition *def = NULL;
+        if (bt_standin(&def, defs[i], NULL, diag, sizeof diag) != BF_OK)
+            bt_fail("definition files: %s", diag);
+        bf_err err = bf_registry_add(reg, def, diag, sizeof diag);
         if (err != BF_OK)
             bt_fail("bf_registry_add: %s", diag);
     }
     return reg;
+}
+
+bf_err bt_sql_mutate(bf_txn *txn, void *arg)
+{
+    for (const char *const *sql = arg; sql != NULL && *sql != NULL; sql++) {
+        long rows = 0;
+        bf_err err = bf_txn_exec(txn, *sql, 0, NULL, &rows);
+        if (err != BF_OK)
+            return err;
+    }
+    return BF_OK;
 }
 
 void bt_make_items(PGconn *c, const char *table, long rows)

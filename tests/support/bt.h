@@ -40,7 +40,22 @@ bf_engine *bt_engine(const bf_registry *reg, const char *owner, int lease_ms);
  * The helpers default to 1, so a suite observes (and orders, through the step hooks) each batch
  * of a declarative definition; 0 restores the engine's production default. */
 void bt_set_step_batches(int n);
+/* A registry of defs. With BUZZ_CONFORMANCE_DEFINITIONS=files (bt_files.h), each definition
+ * is replaced by the definition file of its ID after checking that the two are the same
+ * definition; one with C callbacks stays C. Fails the test on any error. */
 bf_registry *bt_registry(const bf_definition *const *defs, size_t n);
+/* The definition a test process runs for def: def, or in the files variant the definition file
+ * standing in for it (bt_files_standin: checked to be the same definition; revision, when not
+ * NULL, is the informational revision the process runs it with). Never calls cmocka (usable in
+ * forked children); on error BF_ERR_DEFINITION (BF_ERR_INVALID_ARGUMENT: a bad switch) with the
+ * reason in why. */
+bf_err bt_standin(const bf_definition **out, const bf_definition *def, const char *revision,
+                  char *why, size_t why_len);
+/* A C mutation made of SQL statements only: runs each statement of arg (a NULL-terminated
+ * array of strings) through bf_txn_exec() in order and returns the first error, as a definition
+ * file's `mutate` statements do (server/src/deffile.c). A definition whose mutation is this one
+ * has a definition file standing in for it in the files variant. */
+bf_err bt_sql_mutate(bf_txn *txn, void *arg);
 /* The throttle (bf_config.throttle) of the engines made from now on; NULL (the default): none. */
 void bt_set_throttle(bf_throttle *t);
 

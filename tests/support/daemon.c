@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "bt.h"
+#include "bt_files.h"
 
 #ifndef BUZZ_BACKFILLD_PATH
 #error "BUZZ_BACKFILLD_PATH is not defined: the daemon target is missing"
@@ -370,7 +371,79 @@ static void bd_conf_quoted(FILE *f, const char *key, const char *value)
     fputs("'\n", f);
 }
 
-static void bd_write_config(const bd_daemon *d, const bd_options *o)
+/* ---- the files variant (bt_files.h) ------------------------------------------------------ */
+
+static void bd_copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+    if (in < 0 || out < 0)
+        fail_msg("cannot copy %s to %s: %s", from, to, strerror(errno));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0 && write(out, buf, (size_t)n) != n)
+            fail_msg("cannot write %s: %s", to, strerror(errno));
+    close(in);
+    if (n < 0 || close(out) != 0)
+        fail_msg("cannot copy %s to %s: %s", from, to, strerror(errno));
+}
+
+static void bd_setenv(const char *name, const char *value)
+{
+    if (value != NULL)
+        assert_int_equal(setenv(name, value, 1), 0);
+    else
+        assert_int_equal(unsetenv(name), 0);
+}
+
+/* The C definitions the module gives a daemon started with o: loaded here from a copy of the
+ * module of its own (its constructor reads the sets and the revision from the environment when
+ * it is loaded, once per file). */
+static bf_registry *bd_module_definitions(const bd_daemon *d, const bd_options *o)
+{
+    char copy[200];
+    snprintf(copy, sizeof copy, "%s/d%d.module.so", bd.dir, d->seq);
+    bd_copy_file(BUZZ_TEST_MODULE_PATH, copy);
+    char *defs = getenv("BUZZ_TEST_DEFINITIONS") ? strdup(getenv("BUZZ_TEST_DEFINITIONS")) : NULL;
+    char *rev = getenv("BUZZ_TEST_REVISION") ? strdup(getenv("BUZZ_TEST_REVISION")) : NULL;
+    bd_setenv("BUZZ_TEST_DEFINITIONS", o->definitions);
+    bd_setenv("BUZZ_TEST_REVISION", o->revision);
+    bf_registry *reg = NULL;
+    char diag[BF_DIAG_MAX] = "";
+    bf_err err = bf_registry_new(&reg);
+    if (err == BF_OK)
+        err = bf_registry_load_module(reg, copy, diag, sizeof diag);
+    bd_setenv("BUZZ_TEST_DEFINITIONS", defs);
+    bd_setenv("BUZZ_TEST_REVISION", rev);
+    free(defs);
+    free(rev);
+    (void)unlink(copy); /* loaded: the mapping stays until the registry is freed */
+    if (err != BF_OK)
+        fail_msg("cannot load the test definitions module: %s", diag);
+    return reg;
+}
+
+/* The files variant: every definition the module gives a daemon started with o, as its
+ * definition file in a private directory (dir) once checked to be the same definition. */
+static void bd_files_dir(const bd_daemon *d, const bd_options *o, char *dir, size_t dir_len)
+{
+    snprintf(dir, dir_len, "%s/d%d.defs", bd.dir, d->seq);
+    if (mkdir(dir, 0700) != 0 || chmod(dir, 0700) != 0)
+        fail_msg("cannot make %s: %s", dir, strerror(errno));
+    bf_registry *reg = bd_module_definitions(d, o);
+    for (size_t i = 0; i < bf_registry_count(reg); i++) {
+        char why[BF_DIAG_MAX] = "";
+        if (bt_files_write(bf_registry_at(reg, i), o->revision, dir, why, sizeof why) != BF_OK) {
+            bf_registry_free(reg);
+            fail_msg("definition files: %s", why);
+        }
+    }
+    bf_registry_free(reg);
+}
+
+/* defs_dir: the daemon's definitions_dir (the files variant) instead of the module, or NULL */
+static void bd_write_config(const bd_daemon *d, const bd_options *o, const char *defs_dir)
 {
     FILE *f = fopen(d->config, "w");
     assert_non_null(f);
@@ -387,7 +460,9 @@ static void bd_write_config(const bd_daemon *d, const bd_options *o)
         bd_conf_quoted(f, "tls_cert_key_file", o->tls_cert_key_file);
     }
     bd_conf_quoted(f, "listen", listen);
-    if (o->definitions != NULL)
+    if (defs_dir != NULL)
+        bd_conf_quoted(f, "definitions_dir", defs_dir);
+    else if (o->definitions != NULL)
         bd_conf_quoted(f, "modules", BUZZ_TEST_MODULE_PATH);
     fprintf(f, "auto_migrate = %s\n", o->auto_migrate ? "on" : "off");
     fprintf(f, "auto_backfill = %s\n", o->auto_backfill ? "on" : "off");
@@ -447,7 +522,13 @@ void bd_launch(bd_daemon *d, const bd_options *o)
         snprintf(d->tls_url, sizeof d->tls_url, "tls+tcp://127.0.0.1:%d", bd_free_port());
     snprintf(d->config, sizeof d->config, "%s/d%d.conf", bd.dir, d->seq);
     snprintf(d->log, sizeof d->log, "%s/d%d.log", bd.dir, d->seq);
-    bd_write_config(d, o);
+    char why[BF_DIAG_MAX] = "", defs_dir[200];
+    bool files = false;
+    if (bt_files_mode(&files, why, sizeof why) != BF_OK)
+        fail_msg("%s", why);
+    if (files && o->definitions != NULL)
+        bd_files_dir(d, o, defs_dir, sizeof defs_dir);
+    bd_write_config(d, o, files && o->definitions != NULL ? defs_dir : NULL);
     char *argv[] = {BUZZ_BACKFILLD_PATH, "--config", d->config, "run", NULL};
     d->pid = bd_spawn(argv, d->log, o->definitions, o->revision);
 }

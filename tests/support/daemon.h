@@ -14,6 +14,11 @@
  * The daemon's environment is the test's without any BUZZ_BACKFILL_* variable, so only the
  * configuration file configures it.
  *
+ * The files variant (BUZZ_CONFORMANCE_DEFINITIONS=files, bt_files.h): instead of the module, the
+ * daemon gets a definitions_dir of its own holding the definition file of each definition the
+ * module would give it (its sets and revision), each checked against the module's C definition
+ * first (the module is loaded into the test process for that, from a copy of its own).
+ *
  * Every function fails the running cmocka test on an unexpected error, except where a return
  * value says otherwise. Not thread-safe except bd_client()/bd_call() on distinct clients.
  */
