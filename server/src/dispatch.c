@@ -49,12 +49,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <sodium.h>
 
 #include "buzz/token.h"
 #include "metrics.h"
+#include "log.h"
 #include "srv.h"
 
 #define DISPATCH_MAX_SERVICES   8
@@ -98,13 +98,6 @@ typedef struct dispatch_request {
 } dispatch_request;
 
 /* ---- small helpers ----------------------------------------------------------------------- */
-
-int64_t srv_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 int64_t srv_call_remaining_us(const srv_call *call)
 {

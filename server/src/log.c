@@ -318,3 +318,12 @@ const char *srv_log_level_name(bf_log_level level)
     }
     return "info";
 }
+
+/* ---- monotonic time ---------------------------------------------------------------------- */
+
+int64_t srv_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}

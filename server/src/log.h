@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "buzz/engine.h"
@@ -54,5 +55,8 @@ size_t srv_log_format_text(char *buf, size_t cap, const bf_log_record *rec,
 /* "debug", "info", "warn", "error"; srv_log_level_parse also takes "warning", any case. */
 const char *srv_log_level_name(bf_log_level level);
 bool srv_log_level_parse(const char *s, bf_log_level *out);
+
+/* Microseconds on the monotonic clock (deadlines, windows, durations). */
+int64_t srv_now_us(void);
 
 #endif /* BUZZ_SRV_LOG_H */

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "buzz/backfill/v1/token.pb-c.h"
+#include "log.h"
 #include "srv.h"
 
 #define READINESS_WAIT_MAX_MS 30000

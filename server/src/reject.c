@@ -61,6 +61,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
 #include "srv.h"
 
 #define REJECT_OUTCOME_MAX 200

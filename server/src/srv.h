@@ -15,7 +15,9 @@
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
  *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
  *   http.c       the optional HTTP listener: /metrics, /livez, /readyz on its own scrape thread
- *   config.c     key = value file, environment, flags
+ *   config*.c    key = value file, environment, flags (config.c), the key table, checks,
+ *                redaction and output (config_keys.c, config_check.c, config_redact.c,
+ *                config_print.c)
  *   startup.c    the startup order of DESIGN.md; workers
  *   main.c       composes the above
  *
@@ -281,12 +283,12 @@ void srv_rejects_set_window_for_testing(srv_rejects *r, int window_ms);
 /* The Admin service and its method policies (descriptor order). */
 ProtobufCService *srv_admin_service(void);
 const srv_method_policy *srv_admin_policies(void);
-ProtobufCService *srv_readiness_service(void);
-const srv_method_policy *srv_readiness_policies(void);
 /* Admin.Preflight (admin_preflight.c): bf_preflight() of the IDs asked for, or of a page of
  * this process's registry, on the calling thread's engine session; read-only, not audited. */
 void srv_admin_preflight(const Buzz__Backfill__V1__PreflightRequest *in,
                          Buzz__Backfill__V1__PreflightResponse_Closure closure, void *closure_data);
+ProtobufCService *srv_readiness_service(void);
+const srv_method_policy *srv_readiness_policies(void);
 
 /* One Readiness.Check decision without waiting, as plain values (the HTTP /readyz and the
  * metrics): the same computation as Check on the session's engine. verdict: 1 ready, 0 not
@@ -327,8 +329,5 @@ typedef struct srv_backfill_msg {
 
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating);
 Buzz__Backfill__V1__State srv_state_to_proto(bf_state state);
-
-/* ---- monotonic time --------------------------------------------------------------------- */
-int64_t srv_now_us(void);
 
 #endif /* BUZZ_SRV_H */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
 #include "transport_impl.h"
 
 static void transport_vlog(const srv_transport *t, bf_log_level level, bf_event event,
