@@ -6,7 +6,8 @@
  * operator.
  *
  * What it proves, on the non-idempotent robustness backfills (counter + 1 per visit,
- * tests/support/test_definitions.c "rob"):
+ * tests/support/test_definitions.c "rob"; an audit trigger records every committed row
+ * update):
  *
  *   - data and checkpoints are lost together: asynchronous replication may lose the last
  *     commits, and on the promoted database, in one snapshot, every row at or before the
@@ -18,7 +19,7 @@
  *     resumes under the claim it holds there (its owner back within the lease, its fence
  *     checked against the promoted checkpoint) or a takeover after it expired on the promoted
  *     database's clock; the generation never goes back, and at the end every counter is
- *     exactly 1;
+ *     exactly 1 and every row audited exactly once;
  *   - the old primary, brought back as a standby (as a fenced old primary is), is read-only and
  *     no engine session connects to it (target_session_attrs=read-write in the URL skips it);
  *   - the time to resume, from the promotion to both checkpoints moving on the new primary, is
@@ -130,6 +131,14 @@ static void fo_failover(void **state)
     bt_install_barrier(pg);
     for (int t = 0; t < 2; t++)
         bt_make_items(pg, tables[t], FO_ROWS);
+    /* the audit: one row per committed update of a rob row (replicated with it) */
+    bt_exec(pg, "CREATE TABLE public.fo_audit (tbl text NOT NULL, id bigint NOT NULL);"
+                "CREATE FUNCTION public.fo_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " INSERT INTO public.fo_audit VALUES (TG_TABLE_NAME, NEW.id); RETURN NEW; END $$;"
+                "CREATE TRIGGER fo_audit AFTER UPDATE ON public.rob_decl FOR EACH ROW"
+                " EXECUTE FUNCTION public.fo_audit();"
+                "CREATE TRIGGER fo_audit AFTER UPDATE ON public.rob_cb FOR EACH ROW"
+                " EXECUTE FUNCTION public.fo_audit()");
     bd_migrate(conninfo);
 
     bd_options o = bd_defaults();
@@ -238,6 +247,16 @@ static void fo_failover(void **state)
         assert_int_equal(bt_int(pg, "SELECT count(*) FROM public.%s WHERE counter <> 1", tables[t]),
                          0);
         assert_int_equal(bt_int(pg, "SELECT count(*) FROM public.%s", tables[t]), FO_ROWS);
+        /* every row audited exactly once: no update lost with its checkpoint was redone twice */
+        assert_int_equal(bt_int(pg,
+                                "SELECT count(*) FROM (SELECT id FROM public.fo_audit"
+                                " WHERE tbl = '%s' GROUP BY id HAVING count(*) <> 1) x",
+                                tables[t]),
+                         0);
+        assert_int_equal(bt_int(pg,
+                                "SELECT count(DISTINCT id) FROM public.fo_audit WHERE tbl = '%s'",
+                                tables[t]),
+                         FO_ROWS);
     }
     bfc_close(c);
     bd_stop(&d[0]);
