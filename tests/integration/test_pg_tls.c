@@ -21,7 +21,9 @@
  * Guards proved: libpq's verify-full under the daemon (the refusals are the daemon's database
  * errors, typed UNAVAILABLE, with libpq's reason in the log only) and the redaction of
  * database_url in check-config and the log (config_redact.c): with check-config printing the
- * URL unredacted the no-secret assertion fails (seen: the password in check-config's output).
+ * URL's password unredacted the URL-form cases fail (seen, in a copy of the tree: at the
+ * "****" assertion of assert_no_secret, the password printed in its place; the keyword-form
+ * wrong-CA case still passes).
  *
  * Without openssl or the server binaries (scripts/deps.sh) the tests are skipped, saying so.
  */
