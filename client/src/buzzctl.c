@@ -1,41 +1,23 @@
 /*
- * buzzctl.c - the operator CLI of buzz-backfill: main (global options, dispatch), the help
- * texts, and what every command shares (the connection, error reporting, times). The commands
- * live in buzzctl_cmds.c, buzzctl_ops.c, buzzctl_dash.c and buzzctl_token.c; see buzzctl.h.
- * Usage errors, help and --version never contact a server: the connection is opened by the
- * first call.
+ * buzzctl.c - the operator CLI of buzz-backfill: main (global options, the server and the
+ * credential, dispatch through the command table) and the help texts. The commands live in
+ * their command files (see buzzctl.h); what they share is buzzctl_common.c. Usage errors,
+ * help and --version never contact a server: the connection is opened by the first call.
  */
-#include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <json-c/json.h>
 #include <sodium.h>
 
-#include "buzz/backfill/v1/admin.pb-c.h"
-#include "buzz/backfill/v1/readiness.pb-c.h"
-#include "buzz/backfill/v1/rpc.pb-c.h"
 #include "buzz/client.h"
 #include "buzzctl.h"
-#include "projection.h"
 
 #ifndef BUZZ_VERSION
 #define BUZZ_VERSION "unknown"
 #endif
-
-const char *ctl_text(char *buf, size_t cap, const char *s, const char *none)
-{
-    if (s == NULL)
-        return none;
-    bfc_printable(buf, cap, s);
-    return buf;
-}
 
 static void usage(FILE *f)
 {
@@ -148,7 +130,7 @@ static const struct {
     {"help", "usage: buzzctl help [COMMAND]\nexample: buzzctl help list\n"},
 };
 
-const char *ctl_command_help(const char *name)
+static const char *main_command_help(const char *name)
 {
     for (size_t i = 0; i < sizeof ctl_helps / sizeof ctl_helps[0]; i++)
         if (strcmp(ctl_helps[i].name, name) == 0)
@@ -156,185 +138,7 @@ const char *ctl_command_help(const char *name)
     return NULL;
 }
 
-int ctl_exit_for(bf_err err)
-{
-    switch (err) {
-    case BF_OK:
-        return EXIT_OK;
-    case BF_ERR_CONFLICT:
-        return EXIT_CONFLICT;
-    case BF_ERR_UNAUTHENTICATED:
-    case BF_ERR_PERMISSION_DENIED:
-        return EXIT_DENIED;
-    case BF_ERR_NOT_FOUND:
-        return EXIT_NOT_FOUND;
-    case BF_ERR_UNAVAILABLE:
-    case BF_ERR_TIMEOUT:
-        return EXIT_UNAVAILABLE;
-    case BF_ERR_INVALID_ARGUMENT:
-        return EXIT_USAGE;
-    default:
-        return EXIT_ERROR;
-    }
-}
-
-int ctl_report(ctl *c, const char *what, bf_err err, const bfc_status *st,
-               const ProtobufCMessage *body)
-{
-    int rc = ctl_exit_for(err);
-    if (c->json) {
-        ctl_json_emit(ctl_json_error(what, rc, st, err, body));
-        return rc;
-    }
-    /* one line: the server's message (or the code's name), its code, and a detail that says
-     * something the message does not */
-    char line[BFC_MESSAGE_MAX + BFC_DETAIL_MAX + 160];
-    if (st->answered) {
-        const char *code = bfc_code_name(st->code);
-        const char *msg = st->message[0] ? st->message : code;
-        bool show_code = strcmp(msg, code) != 0;
-        bool show_detail = st->detail[0] && strstr(st->detail, msg) == NULL;
-        snprintf(line, sizeof line, "%s%s%s%s%s%s", msg, show_code ? " (" : "",
-                 show_code ? code : "", show_code ? ")" : "", show_detail ? ": " : "",
-                 show_detail ? st->detail : "");
-    } else {
-        /* bf_err_str(UNAVAILABLE) speaks of the database; here the server did not answer */
-        snprintf(line, sizeof line, "%s%s%s",
-                 err == BF_ERR_UNAVAILABLE ? "server unavailable" : bf_err_str(err),
-                 st->transport_detail[0] ? ": " : "", st->transport_detail);
-    }
-    char safe[sizeof line];
-    bfc_printable(safe, sizeof safe, line);
-    fprintf(stderr, "buzzctl %s: %s\n", what, safe);
-    /* after a control or validate that was sent: its request ID, so that the outcome of a
-     * request whose answer was lost can be learnt by repeating it (--request-id) */
-    bool sent_control =
-        st->attempts > 0 && (strcmp(what, "list") != 0 && strcmp(what, "get") != 0 &&
-                             strcmp(what, "audit") != 0 && strcmp(what, "whoami") != 0 &&
-                             strcmp(what, "ready") != 0 && strcmp(what, "preflight") != 0);
-    if (sent_control) {
-        bool unknown =
-            !st->answered || st->code == BUZZ__BACKFILL__V1__STATUS_CODE__DEADLINE_EXCEEDED;
-        fprintf(stderr, "request id: %s%s\n", st->request_id,
-                unknown ? " (outcome unknown: repeat with --request-id to learn it)" : "");
-    }
-    return rc;
-}
-
-int ctl_usage_error(ctl *c, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (c != NULL && c->json) {
-        struct json_object *e = json_object_new_object();
-        json_object_object_add(e, "code", json_object_new_string("usage"));
-        json_object_object_add(e, "exitCode", json_object_new_int(EXIT_USAGE));
-        char safe[sizeof msg];
-        bfc_printable(safe, sizeof safe, msg);
-        json_object_object_add(e, "message", json_object_new_string(safe));
-        struct json_object *doc = json_object_new_object();
-        json_object_object_add(doc, "error", e);
-        ctl_json_emit(doc);
-    } else {
-        fprintf(stderr, "buzzctl %s\n", msg);
-    }
-    return EXIT_USAGE;
-}
-
-bf_err ctl_connect(ctl *c, bfc_status *st)
-{
-    if (c->client != NULL)
-        return BF_OK;
-    memset(st, 0, sizeof *st);
-    bf_err err =
-        bfc_open(&c->client, c->url, &c->bo, st->transport_detail, sizeof st->transport_detail);
-    if (err != BF_OK)
-        st->transport = err;
-    return err;
-}
-
-bf_err ctl_call(ctl *c, const ProtobufCServiceDescriptor *svc, const char *method,
-                const ProtobufCMessage *in, ProtobufCMessage **out, bfc_status *st)
-{
-    bf_err err = ctl_connect(c, st);
-    if (err != BF_OK)
-        return err;
-    if (c->has_request_id)
-        bfc_set_next_request_id(c->client, c->request_id);
-    return bfc_call(c->client, svc, method, in, out, st);
-}
-
-void ctl_utc(char *buf, size_t cap, int64_t us)
-{
-    time_t t = (time_t)(us / 1000000);
-    struct tm tm;
-    if (gmtime_r(&t, &tm) == NULL || strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
-        snprintf(buf, cap, "unknown");
-}
-
-int64_t ctl_parse_duration_ms(const char *s)
-{
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v < 0 || errno != 0 || v > 1000000000LL)
-        return -1;
-    if (*end == '\0' || strcmp(end, "s") == 0)
-        return v * 1000;
-    if (strcmp(end, "ms") == 0)
-        return v;
-    if (strcmp(end, "m") == 0)
-        return v * 60000;
-    if (strcmp(end, "h") == 0)
-        return v * 3600000;
-    return -1;
-}
-
 /* ---- main -------------------------------------------------------------------------------- */
-
-#define TOKEN_FILE_MAX 8192
-
-/* The token in a --token-file: its first line. NULL with a short reason in why when the file
- * cannot be read, is too large, holds a NUL byte or has an empty first line: each of those
- * would otherwise send a token other than the one in the file (a shorter one, or none and so
- * no credential at all), never a refusal the operator could understand. */
-static char *read_token_file(const char *path, const char **why)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        *why = strerror(errno); /* "No such file or directory", "Permission denied" */
-        return NULL;
-    }
-    char *buf = calloc(1, TOKEN_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        *why = "out of memory";
-        return NULL;
-    }
-    size_t n = fread(buf, 1, TOKEN_FILE_MAX + 1, f);
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    char *token = NULL;
-    if (failed) {
-        *why = "could not read it (i/o error, or a directory)";
-    } else if (n > TOKEN_FILE_MAX) {
-        *why = "it is larger than 8 KiB: not a token file";
-    } else if (memchr(buf, '\0', n) != NULL) {
-        *why = "it holds a NUL byte";
-    } else {
-        buf[strcspn(buf, "\r\n")] = '\0';
-        if (buf[0] == '\0')
-            *why = "it is empty (its first line holds no token)";
-        else if ((token = strdup(buf)) == NULL)
-            *why = "out of memory";
-    }
-    sodium_memzero(buf, TOKEN_FILE_MAX + 1);
-    free(buf);
-    return token;
-}
 
 /* Exactly 2 * BFC_REQUEST_ID_LEN hex digits (either case), nothing else: no sign, no "0x", no
  * spaces (sscanf's %x took all of those). sodium_hex2bin() without an ignore set and without
@@ -377,6 +181,58 @@ static bool is_help(const char *a)
     return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
 }
 
+static int main_control(ctl *c, int argc, char **argv)
+{
+    bfc_action action;
+    if (bfc_action_parse(&action, argv[0]) != BF_OK)
+        return ctl_usage_error(c, ": unknown command '%.40s' (see buzzctl help)", argv[0]);
+    return ctl_cmd_control(c, argc, argv, action);
+}
+
+/* The command table: each command and the file that owns it (buzzctl.h). */
+static const struct {
+    const char *name;
+    int (*run)(ctl *c, int argc, char **argv);
+} main_commands[] = {
+    {"list", ctl_cmd_list},         {"get", ctl_cmd_get},     {"start", main_control},
+    {"pause", main_control},        {"resume", main_control}, {"retry", main_control},
+    {"validate", ctl_cmd_validate}, {"audit", ctl_cmd_audit}, {"whoami", ctl_cmd_whoami},
+    {"ready", ctl_cmd_ready},       {"dash", ctl_cmd_dash},   {"preflight", ctl_cmd_preflight},
+};
+
+/* The credential when no --token or --token-file was given: BUZZ_BACKFILL_TOKEN, else the
+ * first line of the file BUZZ_BACKFILL_TOKEN_FILE names. A variable that is set but empty (an
+ * unset variable expanded, a failed command substitution) is refused: the operator meant a
+ * credential, and sending none could mean boundary authority instead. 0 or EXIT_USAGE. */
+static int main_env_token(ctl *c)
+{
+    const char *token = getenv("BUZZ_BACKFILL_TOKEN");
+    const char *file = getenv("BUZZ_BACKFILL_TOKEN_FILE");
+    if (token != NULL && file != NULL) {
+        fputs("buzzctl: BUZZ_BACKFILL_TOKEN and BUZZ_BACKFILL_TOKEN_FILE are both set: unset "
+              "one\n",
+              stderr);
+        return EXIT_USAGE;
+    }
+    if (token != NULL) {
+        if (token[0] == '\0') {
+            fputs("buzzctl: BUZZ_BACKFILL_TOKEN is set but empty: set a token or unset it\n",
+                  stderr);
+            return EXIT_USAGE;
+        }
+        c->token = strdup(token);
+    } else if (file != NULL) {
+        const char *why = "it is empty: set a path or unset it";
+        if (file[0] == '\0' || (c->token = ctl_read_token_file(file, &why)) == NULL) {
+            char safe[160];
+            fprintf(stderr, "buzzctl: BUZZ_BACKFILL_TOKEN_FILE %s: %s\n",
+                    ctl_text(safe, sizeof safe, file, ""), why);
+            return EXIT_USAGE;
+        }
+    }
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "token") == 0)
@@ -396,9 +252,7 @@ int main(int argc, char **argv)
     };
     ctl c = {.url = getenv("BUZZ_BACKFILL_URL")};
     argc = take_json(&c, argc, argv);
-    const char *env_token = getenv("BUZZ_BACKFILL_TOKEN");
-    c.token = env_token ? strdup(env_token) : NULL;
-    bool env_empty = env_token != NULL && env_token[0] == '\0';
+    bool token_given = false;
     int o;
     while ((o = getopt_long(argc, argv, "+u:t:h", opts, NULL)) != -1) {
         switch (o) {
@@ -407,7 +261,7 @@ int main(int argc, char **argv)
             break;
         case 't':
             free(c.token);
-            env_empty = false;
+            token_given = true;
             if (optarg[0] == '\0') {
                 fputs("buzzctl: --token is empty: pass a token, or no --token on an ipc:// "
                       "listener with boundary authority\n",
@@ -418,19 +272,18 @@ int main(int argc, char **argv)
             break;
         case 'T': {
             free(c.token);
-            env_empty = false;
+            token_given = true;
             const char *why = "";
-            if ((c.token = read_token_file(optarg, &why)) == NULL) {
+            if ((c.token = ctl_read_token_file(optarg, &why)) == NULL) {
                 fprintf(stderr, "buzzctl: token file %s: %s\n", optarg, why);
                 return EXIT_USAGE;
             }
             break;
         }
         case 'o': {
-            char *end = NULL;
-            long ms = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || ms < 1 || ms > INT_MAX) {
-                fputs("buzzctl: --timeout needs a positive number of milliseconds\n", stderr);
+            int64_t ms = ctl_parse_timeout(NULL, optarg, true);
+            if (ms < 1) {
+                fputs("buzzctl: --timeout needs a duration (e.g. 30s, 5m, 500ms)\n", stderr);
                 free(c.token);
                 return EXIT_USAGE;
             }
@@ -464,16 +317,12 @@ int main(int argc, char **argv)
             return EXIT_OK;
         default:
             usage(stderr);
+            free(c.token);
             return EXIT_USAGE;
         }
     }
-    if (env_empty) {
-        /* set but empty (an unset variable expanded, a failed command substitution): the
-         * operator meant a credential; sending none could mean boundary authority instead */
-        fputs("buzzctl: BUZZ_BACKFILL_TOKEN is set but empty: set a token or unset it\n", stderr);
-        free(c.token);
+    if (!token_given && main_env_token(&c) != EXIT_OK)
         return EXIT_USAGE;
-    }
     if (optind >= argc) {
         usage(stderr);
         free(c.token);
@@ -484,7 +333,7 @@ int main(int argc, char **argv)
     int rc = -1;
     /* help, unknown commands and --help: no server involved */
     if (strcmp(sub[0], "help") == 0) {
-        const char *h = subc > 1 ? ctl_command_help(sub[1]) : NULL;
+        const char *h = subc > 1 ? main_command_help(sub[1]) : NULL;
         if (subc > 1 && h == NULL) {
             rc = ctl_usage_error(NULL, "help: unknown command '%.40s' (see buzzctl help)", sub[1]);
         } else {
@@ -493,20 +342,29 @@ int main(int argc, char **argv)
                 usage(stdout);
             rc = EXIT_OK;
         }
-    } else if (ctl_command_help(sub[0]) == NULL) {
+    } else if (main_command_help(sub[0]) == NULL) {
         rc = ctl_usage_error(&c, ": unknown command '%.40s' (see buzzctl help)", sub[0]);
     } else {
         for (int i = 1; i < subc && rc < 0; i++) {
             if (strcmp(sub[i], "--") == 0)
                 break;
             if (is_help(sub[i])) {
-                fputs(ctl_command_help(sub[0]), stdout);
+                fputs(main_command_help(sub[0]), stdout);
                 rc = EXIT_OK;
             }
         }
     }
-    if (rc < 0 && (c.url == NULL || c.url[0] == '\0'))
-        rc = ctl_usage_error(&c, ": no server: pass --url or set BUZZ_BACKFILL_URL");
+    /* the server: --url, BUZZ_BACKFILL_URL, or the packaged socket when it exists */
+    char default_url[CTL_URL_MAX];
+    if (rc < 0 && (c.url == NULL || c.url[0] == '\0')) {
+        if (ctl_default_url(default_url, sizeof default_url))
+            c.url = default_url;
+        else
+            rc = ctl_usage_error(&c,
+                                 "%.20s: no server: pass --url or set BUZZ_BACKFILL_URL (no "
+                                 "daemon socket at %.120s)",
+                                 sub[0], ctl_default_socket());
+    }
     if (rc >= 0) {
         free(c.token);
         return rc;
@@ -519,26 +377,10 @@ int main(int argc, char **argv)
      * "audit ID --limit N" sees its --limit */
     optind = 0;
     opterr = 0; /* the commands name a bad option themselves */
-    bfc_action action;
-    if (strcmp(sub[0], "list") == 0)
-        rc = ctl_cmd_list(&c, subc, sub);
-    else if (strcmp(sub[0], "get") == 0)
-        rc = ctl_cmd_get(&c, subc, sub);
-    else if (strcmp(sub[0], "validate") == 0)
-        rc = ctl_cmd_validate(&c, subc, sub);
-    else if (strcmp(sub[0], "audit") == 0)
-        rc = ctl_cmd_audit(&c, subc, sub);
-    else if (strcmp(sub[0], "whoami") == 0)
-        rc = ctl_cmd_whoami(&c, subc, sub);
-    else if (strcmp(sub[0], "ready") == 0)
-        rc = ctl_cmd_ready(&c, subc, sub);
-    else if (strcmp(sub[0], "dash") == 0)
-        rc = ctl_cmd_dash(&c, subc, sub);
-    else if (strcmp(sub[0], "preflight") == 0)
-        rc = ctl_cmd_preflight(&c, subc, sub);
-    else if (bfc_action_parse(&action, sub[0]) == BF_OK)
-        rc = ctl_cmd_control(&c, subc, sub, action);
-    else
+    for (size_t i = 0; rc < 0 && i < sizeof main_commands / sizeof main_commands[0]; i++)
+        if (strcmp(sub[0], main_commands[i].name) == 0)
+            rc = main_commands[i].run(&c, subc, sub);
+    if (rc < 0)
         rc = ctl_usage_error(&c, ": unknown command '%.40s' (see buzzctl help)", sub[0]);
     bfc_close(c.client);
     free(c.token);

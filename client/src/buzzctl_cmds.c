@@ -27,20 +27,6 @@
 #define LIST_PAGE         1000
 #define SAMPLE_DEFAULT_MS 1000
 
-void ctl_sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-int64_t ctl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* "blocked: fix the cause shown in error, then: buzzctl retry ID" */
 static void cmds_hint(FILE *f, const Buzz__Backfill__V1__Backfill *b, const char *id)
 {
@@ -255,17 +241,6 @@ static int cmds_parse_state(const char *s, Buzz__Backfill__V1__State *out)
     return -1;
 }
 
-/* A whole positive number in [lo, hi]; -1 otherwise ("5x", "", "-3"). */
-long ctl_parse_long(const char *s, long lo, long hi)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return -1;
-    return v;
-}
-
 int ctl_cmd_list(ctl *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"state", required_argument, NULL, 's'},
@@ -386,16 +361,6 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
 }
 
 /* ---- get, controls ------------------------------------------------------------------------ */
-
-int ctl_need_id(ctl *c, int argc, char **argv, const char *cmd, const char **id)
-{
-    if (argc < 2)
-        return ctl_usage_error(c, "%s: missing ID (see buzzctl %s --help)", cmd, cmd);
-    if (argc > 2 || argv[1][0] == '-')
-        return ctl_usage_error(c, "%s: takes exactly one ID (see buzzctl %s --help)", cmd, cmd);
-    *id = argv[1];
-    return EXIT_OK;
-}
 
 static bf_err cmds_get(ctl *c, const char *id, ProtobufCMessage **out, bfc_status *st)
 {

@@ -4,12 +4,12 @@
  *
  * The mapping: field names in lowerCamelCase, enums by name, 64-bit integers as strings (JSON
  * numbers lose precision above 2^53), bytes as base64, absent optional fields omitted (unknown
- * stays unknown, never 0). This contract's times are int64 microseconds (`*_at_us`,
+ * stays unknown, never 0). This contract's times are int64 microseconds (`at_us`, `*_at_us`,
  * `window_start_us`, `window_end_us`); they are printed as RFC 3339 strings (UTC, microseconds)
  * under the name without `_us`, as a google.protobuf.Timestamp field would be. Strings that are
  * not UTF-8 get U+FFFD for each bad byte; json-c escapes control characters.
  */
-#include "buzzctl.h"
+#include "buzzctl_json.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,7 +73,7 @@ static bool json_is_time(const ProtobufCFieldDescriptor *f)
     size_t len = strlen(f->name);
     if (f->type != PROTOBUF_C_TYPE_INT64 || len < 4 || strcmp(f->name + len - 3, "_us") != 0)
         return false;
-    return (len > 6 && strcmp(f->name + len - 6, "_at_us") == 0) ||
+    return strcmp(f->name, "at_us") == 0 || (len > 6 && strcmp(f->name + len - 6, "_at_us") == 0) ||
            strncmp(f->name, "window_", 7) == 0;
 }
 

@@ -393,7 +393,7 @@ int ctl_cmd_ready(ctl *c, int argc, char **argv)
         } else if (o == 'W') {
             wait_ready = true;
         } else if (o == 't') {
-            if ((total_ms = ctl_parse_duration_ms(optarg)) <= 0)
+            if ((total_ms = ctl_parse_timeout("ready", optarg, false)) <= 0)
                 return ctl_usage_error(
                     c, "ready: --timeout: '%.40s' is not a duration (e.g. 90s, 5m, 500ms)", optarg);
         } else {
