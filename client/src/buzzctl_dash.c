@@ -28,8 +28,8 @@ _Static_assert(KEY_BACKSPACE == BFC_KEY_BACKSPACE, "dash_view.h key codes are nc
 _Static_assert(KEY_ENTER == BFC_KEY_ENTER, "dash_view.h key codes are ncurses'");
 _Static_assert(KEY_RESIZE == BFC_KEY_RESIZE, "dash_view.h key codes are ncurses'");
 
-#define DASH_TIMEOUT_MS          3000 /* a refresh call's budget without --timeout */
-#define DASH_LIST_PAGE           BFC_DASH_MAX_ROWS
+#define DASH_TIMEOUT_MS          3000            /* a refresh call's budget without --timeout */
+#define DASH_LIST_PAGE           1000            /* the server's largest page */
 #define DASH_VALIDATE_TIMEOUT_MS (5 * 60 * 1000) /* as buzzctl validate */
 
 static int64_t dash_now_us(void)
@@ -55,9 +55,9 @@ static bf_err dash_refresh(ctl *c, bfc_dash_model *m)
 
     /* every page, up to what the model keeps */
     Buzz__Backfill__V1__ListRequest lreq = BUZZ__BACKFILL__V1__LIST_REQUEST__INIT;
-    ProtobufCMessage *pages[8] = {0};
-    size_t n_pages = 0, n = 0;
-    Buzz__Backfill__V1__Backfill *rows[BFC_DASH_MAX_ROWS];
+    ProtobufCMessage **pages = NULL;
+    Buzz__Backfill__V1__Backfill **rows = NULL;
+    size_t n_pages = 0, cap_pages = 0, n = 0, cap_rows = 0;
     bool truncated = false;
     bf_err err = BF_OK;
     char *token = NULL;
@@ -68,6 +68,14 @@ static bf_err dash_refresh(ctl *c, bfc_dash_model *m)
         err = ctl_call(c, &buzz__backfill__v1__admin__descriptor, "List", &lreq.base, &out, &st);
         free(token);
         token = NULL;
+        if (err == BF_OK && n_pages == cap_pages) {
+            size_t cap = cap_pages ? cap_pages * 2 : 16;
+            ProtobufCMessage **p = realloc(pages, cap * sizeof *p);
+            if (p == NULL)
+                err = BF_ERR_RESOURCE_EXHAUSTED;
+            else
+                pages = p, cap_pages = cap;
+        }
         if (err != BF_OK) {
             if (out)
                 protobuf_c_message_free_unpacked(out, NULL);
@@ -77,23 +85,31 @@ static bf_err dash_refresh(ctl *c, bfc_dash_model *m)
         pages[n_pages++] = out;
         Buzz__Backfill__V1__ListResponse *r = (Buzz__Backfill__V1__ListResponse *)out;
         out = NULL;
-        for (size_t i = 0; i < r->n_backfills; i++) {
-            if (n == BFC_DASH_MAX_ROWS) {
-                truncated = true;
+        if (n + r->n_backfills > cap_rows) {
+            size_t cap = cap_rows ? cap_rows : 1024;
+            while (cap < n + r->n_backfills)
+                cap *= 2;
+            Buzz__Backfill__V1__Backfill **p = realloc(rows, cap * sizeof *p);
+            if (p == NULL) {
+                err = BF_ERR_RESOURCE_EXHAUSTED;
                 break;
             }
-            rows[n++] = r->backfills[i];
+            rows = p, cap_rows = cap;
         }
-        if (r->next_page_token != NULL && !truncated) {
-            if (n_pages == sizeof pages / sizeof pages[0])
+        for (size_t i = 0; i < r->n_backfills; i++)
+            rows[n++] = r->backfills[i];
+        if (r->next_page_token != NULL && r->next_page_token[0] != '\0') {
+            if (n >= BFC_DASH_MAX_ROWS) /* the model keeps no more: said on screen */
                 truncated = true;
-            else
-                token = strdup(r->next_page_token);
+            else if ((token = strdup(r->next_page_token)) == NULL)
+                err = BF_ERR_RESOURCE_EXHAUSTED;
         }
     } while (token != NULL);
     bfc_dash_apply_list(m, rows, n, truncated, err, &st, dash_now_us());
     for (size_t i = 0; i < n_pages; i++)
         protobuf_c_message_free_unpacked(pages[i], NULL);
+    free(pages);
+    free(rows);
     if (first == BF_OK)
         first = err;
 
@@ -155,11 +171,27 @@ static void dash_send(ctl *c, bfc_dash_model *m)
                  bfc_state_name(r->has_prior_state ? (int)r->prior_state : 0),
                  bfc_state_name(r->has_resulting_state ? (int)r->resulting_state : 0),
                  st.request_id);
+    } else if (err == BF_ERR_CONFLICT && st.answered) {
+        /* as the CLI: the server's reason, and the state the backfill is in now */
+        const Buzz__Backfill__V1__Backfill *b = NULL;
+        if (out != NULL && m->confirm_action == BFC_ACTION_VALIDATE)
+            b = ((Buzz__Backfill__V1__ValidateResponse *)out)->backfill;
+        else if (out != NULL)
+            b = ((Buzz__Backfill__V1__ControlResponse *)out)->backfill;
+        char reason[BFC_MESSAGE_MAX + BFC_DETAIL_MAX + 4], safe[200];
+        bool detail = st.detail[0] && strstr(st.detail, st.message) == NULL;
+        snprintf(reason, sizeof reason, "%s%s%s",
+                 st.message[0] ? st.message : bfc_code_name(st.code), detail ? ": " : "",
+                 detail ? st.detail : "");
+        bfc_printable(safe, sizeof safe, reason);
+        snprintf(line, sizeof line, "%s %s refused: %s; now %s (request id %s)", name,
+                 m->confirm_id, safe,
+                 b != NULL && b->has_state ? bfc_state_name((int)b->state) : "unknown",
+                 st.request_id);
     } else {
         bfc_fetch_error fe;
         bfc_fetch_error_from(&fe, err, &st);
-        snprintf(line, sizeof line, "%s %s: %s%s%s", name, m->confirm_id,
-                 err == BF_ERR_CONFLICT ? "conflict: " : "", fe.text,
+        snprintf(line, sizeof line, "%s %s: %s%s", name, m->confirm_id, fe.text,
                  st.answered ? "" : " (outcome unknown: see the table)");
     }
     if (out)
@@ -199,6 +231,7 @@ static int dash_once(ctl *c, bfc_dash_model *m, long sample_s)
     bfc_dash_render(m, rows < BFC_DASH_MAX_LINES ? rows : BFC_DASH_MAX_LINES, cols, &f);
     f.n = f.n >= 2 ? f.n - 2 : f.n; /* no key line in a printed frame */
     dash_print_frame(&f);
+    bfc_dash_fini(m);
     return ctl_exit_for(err);
 }
 
@@ -307,5 +340,6 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
         }
     }
     endwin();
+    bfc_dash_fini(&m);
     return EXIT_OK;
 }

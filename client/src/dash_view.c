@@ -120,6 +120,15 @@ void bfc_dash_init(bfc_dash_model *m, const char *url)
     bfc_printable(m->url, sizeof m->url, url ? url : "");
 }
 
+void bfc_dash_fini(bfc_dash_model *m)
+{
+    if (m == NULL)
+        return;
+    free(m->rows);
+    m->rows = NULL;
+    m->n_rows = 0;
+}
+
 void bfc_dash_apply_ready(bfc_dash_model *m, const Buzz__Backfill__V1__CheckResponse *resp,
                           bf_err err, const bfc_status *st, int64_t now_us)
 {
@@ -154,16 +163,26 @@ void bfc_dash_apply_ready(bfc_dash_model *m, const Buzz__Backfill__V1__CheckResp
     }
 }
 
-static bfc_dash_row *dash_row_for(bfc_dash_model *m, const char *id)
+static int dash_row_cmp_id(const void *pa, const void *pb)
 {
-    for (size_t i = 0; i < m->n_rows; i++)
-        if (strcmp(m->rows[i].v.id, id) == 0)
-            return &m->rows[i];
-    if (m->n_rows == BFC_DASH_MAX_ROWS)
-        return NULL;
-    bfc_dash_row *r = &m->rows[m->n_rows++];
-    memset(r, 0, sizeof *r);
-    return r;
+    return strcmp(((const bfc_dash_row *)pa)->v.id, ((const bfc_dash_row *)pb)->v.id);
+}
+
+/* The row of id in rows (sorted by id), or NULL. */
+static const bfc_dash_row *dash_row_find(const bfc_dash_row *rows, size_t n, const char *id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(rows[mid].v.id, id);
+        if (c == 0)
+            return &rows[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
 }
 
 static void dash_row_update(bfc_dash_row *r, const Buzz__Backfill__V1__Backfill *b)
@@ -221,29 +240,40 @@ void bfc_dash_apply_list(bfc_dash_model *m, Buzz__Backfill__V1__Backfill *const 
                          size_t n, bool truncated, bf_err err, const bfc_status *st, int64_t now_us)
 {
     m->now_us = now_us;
-    if (err != BF_OK) {
-        bfc_fetch_error_from(&m->list_err, err, st);
+    if (n > BFC_DASH_MAX_ROWS) {
+        n = BFC_DASH_MAX_ROWS;
+        truncated = true;
+    }
+    /* the new rows, each carrying its rate samples over from the last read (found by id in
+     * the old rows, which are sorted by id); rows the server no longer lists go */
+    bfc_dash_row *rows = NULL;
+    bool oom = err == BF_OK && n > 0 && (rows = calloc(n, sizeof *rows)) == NULL;
+    if (err != BF_OK || oom) {
+        bfc_fetch_error_from(&m->list_err, oom ? BF_ERR_RESOURCE_EXHAUSTED : err, oom ? NULL : st);
+        if (oom)
+            snprintf(m->list_err.text, sizeof m->list_err.text, "error: out of memory");
         m->list_stale = m->list_known;
         return;
     }
-    for (size_t i = 0; i < m->n_rows; i++)
-        m->rows[i].seen = false;
-    m->list_truncated = truncated;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         char id[BFC_CELL];
         bfc_printable(id, sizeof id, backfills[i]->id ? backfills[i]->id : "unknown");
-        bfc_dash_row *r = dash_row_for(m, id);
-        if (r == NULL) {
-            m->list_truncated = true;
-            break;
-        }
-        dash_row_update(r, backfills[i]);
+        const bfc_dash_row *old = dash_row_find(m->rows, m->n_rows, id);
+        if (old != NULL)
+            rows[k] = *old;
+        dash_row_update(&rows[k++], backfills[i]);
     }
-    size_t k = 0; /* rows the server no longer lists (a filter on the server side) go */
-    for (size_t i = 0; i < m->n_rows; i++)
-        if (m->rows[i].seen)
-            m->rows[k++] = m->rows[i];
+    qsort(rows, k, sizeof rows[0], dash_row_cmp_id);
+    size_t u = 0; /* an id listed twice (it moved between two pages' reads) is shown once */
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || strcmp(rows[u - 1].v.id, rows[i].v.id) != 0)
+            rows[u++] = rows[i];
+    k = u;
+    free(m->rows);
+    m->rows = rows;
     m->n_rows = k;
+    m->list_truncated = truncated;
     m->list_known = true;
     m->list_stale = false;
     m->list_ok_at_us = now_us;
@@ -287,12 +317,17 @@ void bfc_dash_apply_detail(bfc_dash_model *m, const Buzz__Backfill__V1__GetRespo
         d->n_audit = 0;
         for (size_t i = 0; i < audit->n_entries && d->n_audit < BFC_DASH_AUDIT_TAIL; i++) {
             const Buzz__Backfill__V1__AuditEntry *a = audit->entries[i];
-            char when[32] = "unknown", raw[200], action[32], outcome[96];
+            char when[32] = "unknown", raw[256], action[32], actor[48], outcome[96];
             if (a->has_at_us)
                 dash_utc(when, sizeof when, a->at_us);
             bfc_printable(action, sizeof action, a->action ? a->action : "-");
+            /* who: the token's actor, else the authority it came with (boundary, ...) */
+            bfc_printable(actor, sizeof actor,
+                          a->actor && a->actor[0] ? a->actor
+                          : a->authority          ? a->authority
+                                                  : "unknown");
             bfc_printable(outcome, sizeof outcome, a->outcome ? a->outcome : "");
-            snprintf(raw, sizeof raw, "%s %-8s %s -> %s %s", when, action,
+            snprintf(raw, sizeof raw, "%s %-8s by %s: %s -> %s %s", when, action, actor,
                      bfc_state_name(a->has_prior_state ? (int)a->prior_state : 0),
                      bfc_state_name(a->has_resulting_state ? (int)a->resulting_state : 0), outcome);
             bfc_printable(d->audit[d->n_audit++], sizeof d->audit[0], raw);
@@ -331,7 +366,7 @@ size_t bfc_dash_visible(const bfc_dash_model *m, size_t *idx, size_t cap)
     for (size_t i = 0; i < m->n_rows && n < cap; i++) {
         const bfc_dash_row *r = &m->rows[i];
         if (m->filter[0] && strstr(r->v.id, m->filter) == NULL &&
-            strstr(r->v.state, m->filter) == NULL)
+            strstr(r->v.state, m->filter) == NULL && strstr(r->v.waiting, m->filter) == NULL)
             continue;
         idx[n++] = i;
     }
@@ -341,13 +376,26 @@ size_t bfc_dash_visible(const bfc_dash_model *m, size_t *idx, size_t cap)
     return n;
 }
 
+size_t bfc_dash_visible_alloc(const bfc_dash_model *m, size_t **out)
+{
+    *out = NULL;
+    if (m->n_rows == 0 || (*out = malloc(m->n_rows * sizeof **out)) == NULL)
+        return 0;
+    size_t n = bfc_dash_visible(m, *out, m->n_rows);
+    if (n == 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return n;
+}
+
 const char *bfc_dash_selected_id(const bfc_dash_model *m)
 {
-    size_t idx[BFC_DASH_MAX_ROWS];
-    size_t n = bfc_dash_visible(m, idx, BFC_DASH_MAX_ROWS);
-    if (n == 0)
-        return NULL;
-    return m->rows[idx[m->selected < n ? m->selected : n - 1]].v.id;
+    size_t *idx = NULL;
+    size_t n = bfc_dash_visible_alloc(m, &idx);
+    const char *id = n == 0 ? NULL : m->rows[idx[m->selected < n ? m->selected : n - 1]].v.id;
+    free(idx);
+    return id;
 }
 
 /* ---- keys -------------------------------------------------------------------------------- */
@@ -395,8 +443,9 @@ bfc_dash_cmd bfc_dash_key(bfc_dash_model *m, int key)
         m->help = false;
         return key == 'q' ? BFC_DASH_QUIT : BFC_DASH_NONE;
     }
-    size_t idx[BFC_DASH_MAX_ROWS];
-    size_t n = bfc_dash_visible(m, idx, BFC_DASH_MAX_ROWS);
+    size_t *idx = NULL;
+    size_t n = bfc_dash_visible_alloc(m, &idx);
+    free(idx);
     int action = bfc_dash_key_action(key);
     if (action != 0) {
         const char *id = bfc_dash_selected_id(m);

@@ -29,7 +29,7 @@
 #include "buzz/client.h"
 #include "projection.h"
 
-#define BFC_DASH_MAX_ROWS    256 /* backfills kept (the first pages of List) */
+#define BFC_DASH_MAX_ROWS    100000 /* backfills kept: every page of List up to this many */
 #define BFC_DASH_MAX_GATING  16
 #define BFC_DASH_SAMPLES     16       /* rate samples per backfill */
 #define BFC_DASH_RATE_WINDOW 60000000 /* us: the recent window a rate is computed over */
@@ -104,7 +104,7 @@ typedef struct bfc_dash_detail {
     char validation_time[40]; /* RFC 3339, "never" */
     char validation_detail[160];
     bool audit_ok;
-    char audit[BFC_DASH_AUDIT_TAIL][160];
+    char audit[BFC_DASH_AUDIT_TAIL][200]; /* time, action, actor, states, outcome */
     size_t n_audit;
     bool stale;
     int64_t ok_at_us;
@@ -127,10 +127,10 @@ typedef struct bfc_dash_model {
     bool list_stale; /* the last List failed: rows are from list_ok_at_us */
     int64_t list_ok_at_us;
     bfc_fetch_error list_err;
-    bfc_dash_row rows[BFC_DASH_MAX_ROWS];
+    bfc_dash_row *rows; /* n_rows, sorted by id; owned (bfc_dash_fini frees them) */
     size_t n_rows;
-    bool list_truncated;
-    int64_t now_us; /* client time of the last refresh attempt (ages of STALE) */
+    bool list_truncated; /* the server holds more than BFC_DASH_MAX_ROWS: only these shown */
+    int64_t now_us;      /* client time of the last refresh attempt (ages of STALE) */
     /* presentation */
     char filter[64];
     bool filter_editing;
@@ -144,13 +144,18 @@ typedef struct bfc_dash_model {
     char message[BFC_DASH_LINE]; /* the outcome of the last action, or "" */
 } bfc_dash_model;
 
+/* Initialise caller storage (any content: init does not free). bfc_dash_fini frees the rows;
+ * a model may be initialised again only after fini. */
 void bfc_dash_init(bfc_dash_model *m, const char *url);
+void bfc_dash_fini(bfc_dash_model *m);
 
 /* Results of a refresh at client time now_us. resp NULL with err != BF_OK: the read failed
  * (the previous data stays, marked stale). */
 void bfc_dash_apply_ready(bfc_dash_model *m, const Buzz__Backfill__V1__CheckResponse *resp,
                           bf_err err, const bfc_status *st, int64_t now_us);
-/* One List page set: backfills of every page read, or a failure. */
+/* One List page set: backfills of every page read, or a failure. truncated: the server has
+ * more than were read (the status line says so). On allocation failure the last data stays,
+ * marked stale ("error: out of memory"). */
 void bfc_dash_apply_list(bfc_dash_model *m, Buzz__Backfill__V1__Backfill *const *backfills,
                          size_t n, bool truncated, bf_err err, const bfc_status *st,
                          int64_t now_us);
@@ -159,8 +164,11 @@ void bfc_dash_apply_detail(bfc_dash_model *m, const Buzz__Backfill__V1__GetRespo
                            const Buzz__Backfill__V1__AuditResponse *audit, bf_err audit_err,
                            int64_t now_us);
 
-/* The visible rows (filter, sort) as indexes into m->rows; returns how many. */
+/* The visible rows (filter, sort) as indexes into m->rows; returns how many (at most cap). */
 size_t bfc_dash_visible(const bfc_dash_model *m, size_t *idx, size_t cap);
+/* The same into a malloc'd array (*out, free()d by the caller; NULL when none or out of
+ * memory). */
+size_t bfc_dash_visible_alloc(const bfc_dash_model *m, size_t **out);
 /* The id of the selected visible row, or NULL. */
 const char *bfc_dash_selected_id(const bfc_dash_model *m);
 

@@ -243,6 +243,27 @@ static void project_validating(const Buzz__Backfill__V1__Backfill *b, bfc_view *
     bfc_printable(v->validating, sizeof v->validating, raw);
 }
 
+/* Running but nobody works on it: no claim holder (every worker busy elsewhere, or none
+ * configured), or the holder's lease ran out, and no retry back-off it waits for instead. */
+static void project_waiting(const Buzz__Backfill__V1__Backfill *b, bfc_view *v, bool has_now,
+                            int64_t now)
+{
+    snprintf(v->waiting, sizeof v->waiting, "-");
+    if (!b->has_state || b->state != BUZZ__BACKFILL__V1__STATE__RUNNING)
+        return;
+    const Buzz__Backfill__V1__Claim *c = b->claim;
+    bool held = c != NULL && c->owner != NULL && !(c->has_valid && !c->valid);
+    if (held || (b->throttle != NULL && b->throttle->signal != NULL) ||
+        (b->slow != NULL && b->slow->value != NULL))
+        return; /* throttle and slow are reported by a live claim holder only */
+    const Buzz__Backfill__V1__Retry *r = b->retry;
+    if (r != NULL && r->has_next_attempt_at_us && has_now && r->next_attempt_at_us > now)
+        return; /* it waits for its back-off, shown as the retry */
+    v->waiting_worker = true;
+    snprintf(v->waiting, sizeof v->waiting, "waiting for a worker%s",
+             c != NULL && c->owner != NULL ? " (claim expired)" : "");
+}
+
 void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -342,5 +363,6 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
         bfc_printable(v->slow, sizeof v->slow, raw);
     }
     project_validating(b, v, has_now, now);
+    project_waiting(b, v, has_now, now);
     v->gating = b->has_gating && b->gating;
 }

@@ -36,6 +36,10 @@ typedef struct bfc_view {
      * whose validator stopped: "stopped at 1,234,000 rows checked, 0 need repair (silent 2m)";
      * "-" when none runs */
     char validating[BFC_CELL];
+    /* a running backfill that no worker holds (no claim, or an expired one) and that waits for
+     * no retry: "waiting for a worker" (or "waiting for a worker (claim expired)"); "-" else */
+    char waiting[48];
+    bool waiting_worker;
     bool gating;
 } bfc_view;
 
