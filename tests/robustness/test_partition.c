@@ -518,6 +518,15 @@ static void pt_frozen_backend(void **state)
         assert_int_equal(pt_checkpoint(pg, 1), cp0);
         assert_int_equal(
             bt_int(pg, "SELECT count(*) FROM pg_stat_activity WHERE pid = %ld", backend), 1);
+        /* no engine session waits on the frozen backend's lock (a claim that waited would
+         * stall its worker until lock_timeout on every poll, and fail) */
+        long long waiting = bt_int(pg,
+                                   "SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE application_name LIKE 'buzz-backfill%%'"
+                                   " AND %ld = ANY (pg_blocking_pids(pid))",
+                                   backend);
+        if (waiting != 0)
+            fail_msg("%lld engine session(s) wait on the frozen backend's lock", waiting);
         usleep(20000);
     }
     /* the row is locked by the frozen backend, and no attempt was burned on it */
