@@ -863,16 +863,39 @@ static void defdir_refuse(const srv_deffile *f, const char *why)
                   f->path, f->def.id, why);
 }
 
+/* Automatic mode: start a required definition that joined, as startup starts the pending
+ * required ones (a row another session started already is left alone). */
+static void defdir_auto_start(bf_engine *e, const srv_deffile *f)
+{
+    bf_backfill row;
+    bf_err err = bf_get(e, f->def.id, &row);
+    if (err == BF_OK && row.state != BF_STATE_PENDING)
+        return;
+    bf_actor who = {NULL, "automatic startup", NULL};
+    bf_action_result res;
+    if (err == BF_OK)
+        err = bf_action_apply(e, BF_ACTION_START, f->def.id, &who, &res);
+    if (err == BF_OK || err == BF_ERR_CONFLICT) /* a concurrent starter won: converged */
+        srv_log(BF_LOG_INFO, "SIGHUP: automatic mode: started the required backfill %s", f->def.id);
+    else
+        srv_log(BF_LOG_ERROR,
+                "SIGHUP: automatic mode: cannot start %s: %s: %s; it stays pending (start it, "
+                "or a restart retries)",
+                f->def.id, bf_err_str(err), bf_engine_diag(e));
+}
+
 /*
  * Reload: the new files join the running daemon as they would join at start. Each is compiled
  * in a staging registry first (bf_registry_add's checks and limits), then registered in
  * PostgreSQL through an engine on that staging registry (bf_register's fences: a row of the
  * same ID stored by a materially different definition refuses it), and only then added to the
  * live registry, which sessions read concurrently (bf_registry: append-only, lock-free
- * readers). A file refused at any step stays out and the others go on. Returns how many were
- * refused; fresh[] is consumed (joined files move to d, the others are freed).
+ * readers). A file refused at any step stays out and the others go on. In automatic mode
+ * (auto_start) a required one is then started. Returns how many were refused; fresh[] is
+ * consumed (joined files move to d, the others are freed).
  */
-static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_config *engine_cfg)
+static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_config *engine_cfg,
+                       bool auto_start)
 {
     int refused = 0;
     bf_registry *stage = NULL;
@@ -920,6 +943,8 @@ static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_co
             srv_log_event(BF_LOG_INFO, BF_EV_DEFINITION_JOINED,
                           "SIGHUP: %s: definition %s registered and joined the running daemon",
                           f->path, f->def.id);
+            if (auto_start && f->def.required)
+                defdir_auto_start(e, f);
             fresh[i] = NULL;
             continue;
         }
@@ -933,7 +958,7 @@ static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_co
     return refused;
 }
 
-int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg)
+int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg, bool auto_start)
 {
     if (d == NULL)
         return 0;
@@ -1014,7 +1039,7 @@ int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg)
                           d->files[j]->path, d->files[j]->def.id);
     free(seen);
     if (nfresh > 0)
-        refused += defdir_join(d, fresh, nfresh, engine_cfg);
+        refused += defdir_join(d, fresh, nfresh, engine_cfg, auto_start);
     free(fresh);
     for (size_t i = 0; i < n; i++)
         free(names[i]);

@@ -84,10 +84,11 @@ size_t srv_defdir_count(const srv_defdir *d);
  * it and why; a later SIGHUP tries it again) and the others go on. A file changed under a
  * loaded stable ID is refused (a material change needs a new ID; the loaded definition stays,
  * as a changed module would until a restart); a removed file's definition stays registered.
- * Returns the number of files refused. d may be NULL (no directory configured); engine_cfg
- * NULL refuses every new file (no database).
+ * In automatic mode (auto_start) a required definition that joined is started, as startup
+ * starts the pending required ones. Returns the number of files refused. d may be NULL (no
+ * directory configured); engine_cfg NULL refuses every new file (no database).
  */
-int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg);
+int srv_defdir_reload(srv_defdir *d, const bf_config *engine_cfg, bool auto_start);
 void srv_defdir_free(srv_defdir *d);
 
 #endif

@@ -83,6 +83,7 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     ctx.metrics = metrics;
     ctx.engine_cfg.throttle = throttle; /* every engine of the process shares it */
     reload->engine_cfg = &ctx.engine_cfg;
+    reload->auto_backfill = cfg->auto_backfill;
 
     int rc = 1;
     srv_dispatcher *dispatcher = NULL;

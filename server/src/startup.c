@@ -125,7 +125,7 @@ bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
         srv_notify_reloading();
         signals_reload_throttle(reload);
         if (reload != NULL)
-            (void)srv_defdir_reload(reload->definitions, reload->engine_cfg);
+            (void)srv_defdir_reload(reload->definitions, reload->engine_cfg, reload->auto_backfill);
         bf_err err = auth ? srv_auth_reload(auth, diag, sizeof diag) : BF_OK;
         srv_notify_reloaded(err == BF_OK ? "serving" : "serving; the last reload failed");
         if (err == BF_OK)

@@ -36,6 +36,7 @@ typedef struct srv_reload {
     bf_throttle *throttle;
     srv_defdir *definitions;     /* the definition files loaded at start (may be NULL) */
     const bf_config *engine_cfg; /* new definition files register through it */
+    bool auto_backfill;          /* automatic mode: a required one that joins is started */
 } srv_reload;
 
 /* Wait for signals: SIGHUP reloads the auth key sets (srv_auth_reload) and, with reload, the

@@ -3,15 +3,17 @@
  * (server/src/deffile.c srv_defdir_reload, engine/src/registry.c), through real daemons and the
  * Admin API, with no C module loaded.
  *
- *   joins       the daemon (automatic mode, two workers) starts with one file, items.def; its
+ *   joins       the daemon (automatic mode, three workers) starts with one file, items.def; its
  *               backfill is started and waits at a barrier (an advisory lock the test holds)
- *               inside a batch. A second valid file (events.def, required) and a bad one are
- *               dropped into the directory and SIGHUP is sent: the bad file is refused by name,
- *               events.def is registered and logged as definition.joined. Get shows its row,
- *               Readiness gates on it (the registry's required IDs grew), Start through the
- *               Admin API runs it on the idle worker, whose engine was opened before the
- *               registry grew, to completed while items still waits; the barrier opens and
- *               items completes too. Every row of both tables is exactly right, repaired once.
+ *               inside a batch. Two valid files (events.def; gate.def, required) and a bad one
+ *               are dropped into the directory and SIGHUP is sent: the bad file is refused by
+ *               name, the others are registered and logged as definition.joined. Automatic
+ *               mode starts gate.def, which waits at its own barrier while Readiness gates on
+ *               it (the registry's required IDs grew). Get shows events pending; Start through
+ *               the Admin API runs it on the third worker, whose engine was opened before the
+ *               registry grew, to completed while the other two wait. The barriers open: gate
+ *               completes (ready again), then items. Every row of the three tables is exactly
+ *               right, repaired once.
  *   refused     a stable ID registered in PostgreSQL by another definition (an earlier daemon
  *               with another version of the file): the new file is refused on SIGHUP with
  *               bf_register's reason, stays out of the registry (Start is refused) and its row
@@ -19,9 +21,10 @@
  *
  * Falsified (each seen failing with the guard removed):
  *   - joins: publishing the grown required-ID list (registry.c registry_publish_ids: the
- *     ids_required exchange after the first) removed, Readiness stays ready after SIGHUP
- *     (assert_false(r->ready) fails); the live add (deffile.c defdir_join: bf_registry_add on
- *     d->reg) removed, the same assertion fails (nothing gates, Start would find no definition);
+ *     ids_required exchange after the first) removed, Readiness stays ready while gate.def
+ *     runs (assert_false(r->ready) fails); the automatic start (deffile.c defdir_join:
+ *     defdir_auto_start) removed, gate.def never reaches its barrier; the live add (deffile.c
+ *     defdir_join: bf_registry_add on d->reg) removed, no worker can claim gate.def either;
  *   - joins, in the ASan build (BUZZ_SANITIZE): the growth of the engine's per-definition bits
  *     (batch.c loop_ensure: `index >= e->nprepared`) removed, the idle worker's engine, opened
  *     before the registry grew, reads past them (heap-buffer-overflow in loop_ensure) and the
@@ -47,7 +50,9 @@
 
 #define ITEMS_ID  "rl.items.fixed_v1"
 #define EVENTS_ID "rl.events.fixed_v1"
+#define GATE_ID   "rl.gate.fixed_v1"
 #define B_ITEMS   1711
+#define B_GATE    1712
 #define ROWS      2000
 
 static PGconn *pg;
@@ -76,10 +81,23 @@ static const char events_def[] = "id = " EVENTS_ID "\n"
                                  "table = rl.events\n"
                                  "key = id bigint\n"
                                  "batch_size = 100\n"
-                                 "required = true\n"
                                  "needs_repair = t.fixed IS NULL\n"
                                  "update_set = fixed = t.val * 3, applied = t.applied + 1\n"
                                  "postcondition = t.fixed IS NOT DISTINCT FROM t.val * 3\n";
+
+/* required: automatic mode starts it when it joins; the batch holding row 50 waits at the
+ * test's barrier */
+static const char gate_def[] = "id = " GATE_ID "\n"
+                               "table = rl.gate\n"
+                               "key = id bigint\n"
+                               "batch_size = 20\n"
+                               "required = true\n"
+                               "needs_repair = <<SQL\n"
+                               "t.fixed IS NULL AND CASE WHEN t.id = 50 THEN bt_barrier(1712) ELSE "
+                               "true END\n"
+                               "SQL\n"
+                               "update_set = fixed = t.val + 1, applied = t.applied + 1\n"
+                               "postcondition = t.fixed IS NOT DISTINCT FROM t.val + 1\n";
 
 static void write_def(const char *name, const char *text)
 {
@@ -116,8 +134,12 @@ static void make_tables(void)
                 " applied int NOT NULL DEFAULT 0)");
     bt_exec(pg, "INSERT INTO rl.events (id, val) SELECT i, i %% 89 FROM generate_series(1, %d) i",
             ROWS);
+    bt_exec(pg, "CREATE TABLE rl.gate (id bigint PRIMARY KEY, val int NOT NULL, fixed int,"
+                " applied int NOT NULL DEFAULT 0)");
+    bt_exec(pg, "INSERT INTO rl.gate (id, val) SELECT i, i FROM generate_series(1, 200) i");
     bt_exec(pg, "ANALYZE rl.items");
     bt_exec(pg, "ANALYZE rl.events");
+    bt_exec(pg, "ANALYZE rl.gate");
 }
 
 static int setup(void **state)
@@ -148,7 +170,7 @@ static int test_teardown(void **state)
 static bd_options opts(bool auto_backfill)
 {
     bd_options o = bd_defaults();
-    o.workers = 2;
+    o.workers = 3;
     o.auto_backfill = auto_backfill;
     static char extra[320];
     snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
@@ -174,6 +196,7 @@ static void test_new_file_joins(void **state)
     write_def("items.def", items_def);
     holder = bt_connect();
     bt_lock(holder, B_ITEMS);
+    bt_lock(holder, B_GATE);
 
     bd_options o = opts(true);
     bd_daemon d;
@@ -184,10 +207,11 @@ static void test_new_file_joins(void **state)
     bt_wait_waiters(pg, B_ITEMS, 1); /* one worker waits inside a batch of items */
 
     write_def("events.def", events_def);
+    write_def("gate.def", gate_def);
     write_def("bad.def", "id = rl.bad_v1\ntable = rl.items\nbatch_size 100\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     /* the summary comes last: every file was dealt with by then */
-    bd_wait_log(&d, "SIGHUP: definitions directory checked: 3 files, 1 refused");
+    bd_wait_log(&d, "SIGHUP: definitions directory checked: 4 files, 1 refused");
     char want[600];
     snprintf(want, sizeof want,
              "SIGHUP: %s/events.def: definition " EVENTS_ID
@@ -199,27 +223,32 @@ static void test_new_file_joins(void **state)
     if (!bd_log_contains(&d, want))
         fail_msg("the log lacks \"%s\"", want);
 
-    /* List/Get show it; Readiness gates on the new required ID */
-    bd_get_resp *g = bd_get(c, EVENTS_ID);
-    assert_non_null(g);
-    assert_int_equal(g->backfill->state, BD_ST(PENDING));
-    bd_free(g);
+    /* automatic mode started the required one: a second worker waits inside its batch, and
+     * Readiness gates on it (the registry's required IDs grew) */
+    bt_wait_waiters(pg, B_GATE, 1);
     bd_check_resp *r = bd_check(c, 0);
     assert_false(r->ready);
     assert_int_equal(bd_component(r, "backfills")->status, BD_CS(NOT_READY));
     assert_int_equal(r->n_gating, 1);
-    assert_string_equal(r->gating[0]->id, EVENTS_ID);
+    assert_string_equal(r->gating[0]->id, GATE_ID);
     bd_free(r);
 
-    /* the idle worker runs it to completion while items still waits at its barrier */
+    /* Get shows the other one pending; Start runs it on the third worker, whose engine was
+     * opened before the registry grew, while the other two wait at their barriers */
+    bd_get_resp *g = bd_get(c, EVENTS_ID);
+    assert_non_null(g);
+    assert_int_equal(g->backfill->state, BD_ST(PENDING));
+    bd_free(g);
     start(c, EVENTS_ID);
     bd_free(bd_wait_state(c, EVENTS_ID, BD_ST(COMPLETED)));
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rl.items WHERE applied = 1"), 500);
-    bt_unlock(holder, B_ITEMS);
-    bd_free(bd_wait_state(c, ITEMS_ID, BD_ST(COMPLETED)));
+    bt_unlock(holder, B_GATE);
+    bd_free(bd_wait_state(c, GATE_ID, BD_ST(COMPLETED)));
     r = bd_check(c, 0);
     assert_true(r->ready);
     bd_free(r);
+    bt_unlock(holder, B_ITEMS);
+    bd_free(bd_wait_state(c, ITEMS_ID, BD_ST(COMPLETED)));
     bfc_close(c);
     bd_stop(&d);
     PQfinish(holder);
@@ -228,6 +257,9 @@ static void test_new_file_joins(void **state)
     assert_int_equal(
         bt_int(pg, "SELECT count(*) FROM rl.events WHERE fixed IS DISTINCT FROM val * 3"), 0);
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rl.events WHERE applied <> 1"), 0);
+    assert_int_equal(
+        bt_int(pg, "SELECT count(*) FROM rl.gate WHERE fixed IS DISTINCT FROM val + 1"), 0);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM rl.gate WHERE applied <> 1"), 0);
     assert_int_equal(
         bt_int(pg, "SELECT count(*) FROM rl.items WHERE fixed IS DISTINCT FROM val * 2"), 0);
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rl.items WHERE applied <> 1"), 0);

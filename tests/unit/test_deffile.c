@@ -280,7 +280,7 @@ static void test_directory(void **state)
     assert_int_equal(srv_defdir_count(d), 2);
     assert_int_equal(bf_registry_count(reg), 2);
     assert_string_equal(bf_registry_at(reg, 0)->id, "relay.events.d_tag_v1"); /* name order */
-    assert_int_equal(srv_defdir_reload(d, NULL), 0);
+    assert_int_equal(srv_defdir_reload(d, NULL, false), 0);
     bf_registry_free(reg);
     srv_defdir_free(d);
 
@@ -326,9 +326,9 @@ static void test_directory(void **state)
     memcpy(changed, declarative, sizeof declarative);
     memcpy(strstr(changed, "batch_size = 500"), "batch_size = 501", 16);
     write_file("a.def", changed, 0644);
-    assert_int_equal(srv_defdir_reload(d, NULL), 1);
+    assert_int_equal(srv_defdir_reload(d, NULL, false), 1);
     write_file("z.def", "nonsense\n", 0644);
-    assert_int_equal(srv_defdir_reload(d, NULL), 2);
+    assert_int_equal(srv_defdir_reload(d, NULL, false), 2);
     assert_int_equal(bf_registry_find(reg, "relay.events.d_tag_v1")->batch_size, 500);
     bf_registry_free(reg);
     srv_defdir_free(d);
