@@ -11,7 +11,14 @@
  * Check and Get go through the client library (libbuzz-backfill-client) with a capability
  * token over tcp://, exactly as an operator tool or the relay would call them. Each series
  * runs with 1 and with 8 concurrent clients (threads, one connection each) and reports p50,
- * p99 and requests/s; then the ratios, and whether Check p50 <= 2 x (echo p50 + pg p50).
+ * p99, requests/s and the daemon's CPU per request. The whole set runs --rounds times (3),
+ * the rounds interleaved (every series once per round), and the medians over the rounds are
+ * compared: Check's and Get's p50 and p99 over the sum of the echo's and the pg read's, with
+ * the goals of issue 26 (p50 at most 1.15 x, p99 at most 1.5 x).
+ *
+ * With --base-url and --base-pid (a second daemon, e.g. a build of the previous commit, on the
+ * same database), Check and Get also run against it in every round, and the daemon CPU per
+ * request of the two is compared side by side.
  * Finally the daemon's resident memory (VmRSS of /proc/<pid>/status): before any request
  * (idle), after the warm-up, and after --rss-requests more requests (Check and Get alternating
  * over 8 clients).
@@ -42,7 +49,21 @@
 #define RPC_MAX_CLIENTS 8
 #define RPC_WARMUP      500 /* requests per client before each measured series */
 
-typedef enum rpc_op { OP_ECHO_CHECK, OP_CHECK, OP_ECHO_GET, OP_GET, OP_PG, OP_MIXED } rpc_op;
+#define RPC_MAX_ROUNDS 9
+#define RPC_P50_GOAL   1.15 /* issue 26: over (echo + pg), medians of the rounds */
+#define RPC_P99_GOAL   1.5
+
+typedef enum rpc_op {
+    OP_ECHO_CHECK,
+    OP_CHECK,
+    OP_ECHO_GET,
+    OP_GET,
+    OP_PG,
+    OP_BASE_CHECK,
+    OP_BASE_GET,
+    OP_MIXED,
+    OP_COUNT
+} rpc_op;
 
 static const char *const rpc_op_names[] = {
     [OP_ECHO_CHECK] = "echo (Check sizes)",
@@ -50,20 +71,25 @@ static const char *const rpc_op_names[] = {
     [OP_ECHO_GET] = "echo (Get sizes)",
     [OP_GET] = "Admin.Get",
     [OP_PG] = "pg indexed read",
+    [OP_BASE_CHECK] = "base Check",
+    [OP_BASE_GET] = "base Get",
     [OP_MIXED] = "Check+Get",
 };
 
 typedef struct rpc_opts {
-    const char *url;   /* the daemon's tcp:// listener */
-    char *token;       /* read from --token-file */
-    const char *pg;    /* conninfo of the daemon's database */
-    const char *id;    /* the backfill Admin.Get reads */
-    long pid;          /* the daemon */
+    const char *url;      /* the daemon's tcp:// listener */
+    char *token;          /* read from --token-file */
+    const char *pg;       /* conninfo of the daemon's database */
+    const char *id;       /* the backfill Admin.Get reads */
+    long pid;             /* the daemon */
+    const char *base_url; /* a second daemon to compare with, or NULL */
+    long base_pid;
+    int rounds;
     long requests;     /* per measured series, over all clients */
     long rss_requests; /* for the memory check */
 } rpc_opts;
 
-static rpc_opts opts = {.requests = 20000, .rss_requests = 1000000};
+static rpc_opts opts = {.requests = 20000, .rss_requests = 1000000, .rounds = 3};
 
 /* Sizes of the real envelopes, which the echo reproduces. */
 static size_t check_req_size, check_resp_size, get_req_size, get_resp_size;
@@ -199,8 +225,10 @@ static bool rpc_once(rpc_client *k, long i)
 {
     switch (k->op) {
     case OP_CHECK:
+    case OP_BASE_CHECK:
         return call_check(k->bfc);
     case OP_GET:
+    case OP_BASE_GET:
         return call_get(k->bfc);
     case OP_MIXED:
         return i % 2 ? call_get(k->bfc) : call_check(k->bfc);
@@ -209,6 +237,8 @@ static bool rpc_once(rpc_client *k, long i)
     case OP_ECHO_CHECK:
     case OP_ECHO_GET:
         return call_echo(k);
+    case OP_COUNT:
+        break;
     }
     return false;
 }
@@ -234,9 +264,12 @@ static void client_open(rpc_client *k)
     switch (k->op) {
     case OP_CHECK:
     case OP_GET:
-    case OP_MIXED: {
+    case OP_MIXED:
+    case OP_BASE_CHECK:
+    case OP_BASE_GET: {
         bfc_options o = {.token = opts.token, .timeout_ms = 30000, .retries = -1};
-        if (bfc_open(&k->bfc, opts.url, &o, diag, sizeof diag) != BF_OK)
+        bool base = k->op == OP_BASE_CHECK || k->op == OP_BASE_GET;
+        if (bfc_open(&k->bfc, base ? opts.base_url : opts.url, &o, diag, sizeof diag) != BF_OK)
             die(diag);
         break;
     }
@@ -256,6 +289,8 @@ static void client_open(rpc_client *k)
         k->echo_reply = (uint32_t)(k->op == OP_ECHO_CHECK ? check_resp_size : get_resp_size);
         k->echo_buf = calloc(1, k->echo_len);
         break;
+    case OP_COUNT:
+        break;
     }
 }
 
@@ -273,6 +308,7 @@ static void client_close(rpc_client *k)
 
 typedef struct rpc_result {
     double p50_us, p99_us, rps;
+    double cpu_us; /* the serving daemon's CPU per request; -1 when not measured */
 } rpc_result;
 
 static int cmp_i64(const void *a, const void *b)
@@ -305,7 +341,7 @@ static rpc_result run_series(rpc_op op, int nclients, long total, bool keep)
         pthread_join(th[i], NULL);
     int64_t wall = now_ns() - t0;
     pthread_barrier_destroy(&go);
-    rpc_result res = {0, 0, (double)(per * nclients) / ((double)wall / 1e9)};
+    rpc_result res = {0, 0, (double)(per * nclients) / ((double)wall / 1e9), -1};
     int64_t *all = keep ? malloc((size_t)(per * nclients) * sizeof *all) : NULL;
     for (int i = 0; i < nclients; i++) {
         if (k[i].failed) {
@@ -411,9 +447,9 @@ static long long cpu_ticks(long pid)
 
 /* CPU ticks of the daemon, and of its PostgreSQL sessions (application_name buzz-backfill) when
  * the server runs on this host. */
-static void server_ticks(PGconn *mon, long long *daemon, long long *backends)
+static void server_ticks(PGconn *mon, long pid, long long *daemon, long long *backends)
 {
-    *daemon = cpu_ticks(opts.pid);
+    *daemon = cpu_ticks(pid);
     *backends = 0;
     PGresult *r = PQexec(mon, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                               " AND application_name LIKE 'buzz-backfill%'");
@@ -458,10 +494,26 @@ static char *read_token(const char *path)
     return buf;
 }
 
+/* "0.52 0.61 0.70": the load average now, for every figure (the machine may be shared). */
+static const char *load_average(void)
+{
+    static char buf[64];
+    snprintf(buf, sizeof buf, "?");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f == NULL)
+        return buf;
+    double a = 0, b = 0, c = 0;
+    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
+    fclose(f);
+    return buf;
+}
+
 static void usage(void)
 {
     printf("usage: rpc --url tcp://HOST:PORT --token-file FILE --pg CONNINFO --id STABLE_ID\n"
-           "           --pid DAEMON_PID [--requests N] [--rss-requests N]\n");
+           "           --pid DAEMON_PID [--requests N] [--rss-requests N] [--rounds N]\n"
+           "           [--base-url tcp://HOST:PORT --base-pid PID]\n");
 }
 
 static void parse(int argc, char **argv)
@@ -474,6 +526,9 @@ static void parse(int argc, char **argv)
         {"pid", required_argument, NULL, 'P'},
         {"requests", required_argument, NULL, 'n'},
         {"rss-requests", required_argument, NULL, 'r'},
+        {"rounds", required_argument, NULL, 'R'},
+        {"base-url", required_argument, NULL, 'b'},
+        {"base-pid", required_argument, NULL, 'B'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -501,6 +556,15 @@ static void parse(int argc, char **argv)
         case 'r':
             opts.rss_requests = strtol(optarg, NULL, 10);
             break;
+        case 'R':
+            opts.rounds = (int)strtol(optarg, NULL, 10);
+            break;
+        case 'b':
+            opts.base_url = optarg;
+            break;
+        case 'B':
+            opts.base_pid = strtol(optarg, NULL, 10);
+            break;
         case 'h':
             usage();
             exit(0);
@@ -510,10 +574,85 @@ static void parse(int argc, char **argv)
         }
     }
     if (!opts.url || !opts.token || !opts.pg || !opts.id || opts.pid <= 0 ||
-        opts.requests < RPC_MAX_CLIENTS || opts.rss_requests < 0) {
+        opts.requests < RPC_MAX_CLIENTS || opts.rss_requests < 0 || opts.rounds < 1 ||
+        opts.rounds > RPC_MAX_ROUNDS || (opts.base_url != NULL) != (opts.base_pid > 0)) {
         usage();
         exit(2);
     }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of n values (n <= RPC_MAX_ROUNDS); values is reordered. */
+static double median(double *values, int n)
+{
+    qsort(values, (size_t)n, sizeof *values, cmp_double);
+    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
+}
+
+#define RPC_CLIENT_COUNTS 2
+static const int rpc_clients[RPC_CLIENT_COUNTS] = {1, 8};
+
+/* rounds[round][clients index][op] */
+static rpc_result rounds[RPC_MAX_ROUNDS][RPC_CLIENT_COUNTS][OP_COUNT];
+
+/* The median over the rounds of one figure of one series. */
+static double series_median(size_t ci, rpc_op op, size_t field)
+{
+    double v[RPC_MAX_ROUNDS];
+    for (int k = 0; k < opts.rounds; k++) {
+        const rpc_result *r = &rounds[k][ci][op];
+        v[k] = field == 0 ? r->p50_us : field == 1 ? r->p99_us : field == 2 ? r->rps : r->cpu_us;
+    }
+    return median(v, opts.rounds);
+}
+
+/* One round: every series once, printed as it ends. */
+static void run_round(int round, PGconn *mon, const rpc_op *ops, size_t nops)
+{
+    double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
+    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++)
+        for (size_t oi = 0; oi < nops; oi++) {
+            rpc_op op = ops[oi];
+            bool base = op == OP_BASE_CHECK || op == OP_BASE_GET;
+            long pid = base ? opts.base_pid : opts.pid;
+            long long d0, b0, d1, b1;
+            server_ticks(mon, pid, &d0, &b0);
+            rpc_result *r = &rounds[round][ci][op];
+            *r = run_series(op, rpc_clients[ci], opts.requests, true);
+            server_ticks(mon, pid, &d1, &b1);
+            printf("%5d %-20s %8d %10.1f %10.1f %12.0f", round + 1, rpc_op_names[op],
+                   rpc_clients[ci], r->p50_us, r->p99_us, r->rps);
+            if (op == OP_CHECK || op == OP_GET || base) { /* server CPU per request */
+                r->cpu_us =
+                    d0 >= 0 && d1 >= 0 ? (double)(d1 - d0) * tick_us / (double)opts.requests : -1.0;
+                printf(" %14.1f", r->cpu_us);
+                if (b0 >= 0 && b1 >= 0)
+                    printf(" %14.1f", (double)(b1 - b0) * tick_us / (double)opts.requests);
+            }
+            printf("   (load %s)\n", load_average());
+            fflush(stdout);
+        }
+}
+
+/* The goals of issue 26 for one method at one client count: p50 and p99 over the sum of the
+ * echo's and the pg read's, medians of the rounds. Returns whether both are met. */
+static bool report_ratio(size_t ci, rpc_op op, rpc_op echo)
+{
+    double p50 = series_median(ci, op, 0), p99 = series_median(ci, op, 1);
+    double e50 = series_median(ci, echo, 0), e99 = series_median(ci, echo, 1);
+    double g50 = series_median(ci, OP_PG, 0), g99 = series_median(ci, OP_PG, 1);
+    double r50 = p50 / (e50 + g50), r99 = p99 / (e99 + g99);
+    bool met = r50 <= RPC_P50_GOAL && r99 <= RPC_P99_GOAL;
+    printf("  %-16s %d client%s: p50 %.1f / (echo %.1f + pg %.1f) = %.2f x (goal %.2f);"
+           " p99 %.1f / (%.1f + %.1f) = %.2f x (goal %.2f): %s\n",
+           rpc_op_names[op], rpc_clients[ci], rpc_clients[ci] == 1 ? " " : "s", p50, e50, g50, r50,
+           RPC_P50_GOAL, p99, e99, g99, r99, RPC_P99_GOAL, met ? "met" : "NOT met");
+    return met;
 }
 
 int main(int argc, char **argv)
@@ -525,55 +664,67 @@ int main(int argc, char **argv)
     printf("daemon %s (pid %ld); echo %s; pg read: SELECT * FROM buzz_backfill.backfill WHERE "
            "id = $1\n",
            opts.url, opts.pid, echo_url);
+    if (opts.base_url != NULL)
+        printf("base daemon %s (pid %ld): Check and Get against it in every round\n", opts.base_url,
+               opts.base_pid);
     printf("message sizes (bytes): Check request %zu, response %zu; Get request %zu, "
            "response %zu\n",
            check_req_size, check_resp_size, get_req_size, get_resp_size);
-    printf("%ld requests per series (after %d warm-up requests per client)\n\n", opts.requests,
-           RPC_WARMUP);
+    printf("%ld requests per series (after %d warm-up requests per client), %d rounds\n\n",
+           opts.requests, RPC_WARMUP, opts.rounds);
 
-    static const rpc_op ops[] = {OP_ECHO_CHECK, OP_CHECK, OP_ECHO_GET, OP_GET, OP_PG};
-    static const int clients[] = {1, 8};
-    rpc_result r[2][OP_PG + 1];
+    rpc_op ops[OP_COUNT];
+    size_t nops = 0;
+    ops[nops++] = OP_ECHO_CHECK;
+    ops[nops++] = OP_CHECK;
+    if (opts.base_url != NULL)
+        ops[nops++] = OP_BASE_CHECK;
+    ops[nops++] = OP_ECHO_GET;
+    ops[nops++] = OP_GET;
+    if (opts.base_url != NULL)
+        ops[nops++] = OP_BASE_GET;
+    ops[nops++] = OP_PG;
     PGconn *mon = PQconnectdb(opts.pg);
     if (PQstatus(mon) != CONNECTION_OK)
         die("cannot connect to PostgreSQL");
-    double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
-    printf("%-20s %8s %10s %10s %12s %14s %14s\n", "series", "clients", "p50 us", "p99 us",
-           "requests/s", "daemon cpu us", "pg cpu us");
-    for (size_t ci = 0; ci < 2; ci++)
-        for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++) {
-            rpc_op op = ops[oi];
-            long long d0, b0, d1, b1;
-            server_ticks(mon, &d0, &b0);
-            r[ci][op] = run_series(op, clients[ci], opts.requests, true);
-            server_ticks(mon, &d1, &b1);
-            printf("%-20s %8d %10.1f %10.1f %12.0f", rpc_op_names[op], clients[ci],
-                   r[ci][op].p50_us, r[ci][op].p99_us, r[ci][op].rps);
-            if (op == OP_CHECK || op == OP_GET) { /* server CPU per request */
-                printf(" %14.1f", d0 >= 0 && d1 >= 0
-                                      ? (double)(d1 - d0) * tick_us / (double)opts.requests
-                                      : -1.0);
-                if (b0 >= 0 && b1 >= 0)
-                    printf(" %14.1f", (double)(b1 - b0) * tick_us / (double)opts.requests);
-            }
-            printf("\n");
-            fflush(stdout);
-        }
+    printf("%5s %-20s %8s %10s %10s %12s %14s %14s\n", "round", "series", "clients", "p50 us",
+           "p99 us", "requests/s", "daemon cpu us", "pg cpu us");
+    for (int k = 0; k < opts.rounds; k++)
+        run_round(k, mon, ops, nops);
     PQfinish(mon);
     long rss_warm = rss_kib();
 
-    printf("\nratios (p50)\n");
-    for (size_t ci = 0; ci < 2; ci++) {
-        const rpc_result *x = r[ci];
-        double budget = 2.0 * (x[OP_ECHO_CHECK].p50_us + x[OP_PG].p50_us);
-        printf("  %d client%s: Check/echo %.2f, Get/echo %.2f, Check/pg %.2f, Get/pg %.2f;"
-               " Check p50 %.1f us %s 2 x (echo %.1f + pg %.1f) = %.1f us: %s\n",
-               clients[ci], clients[ci] == 1 ? " " : "s",
-               x[OP_CHECK].p50_us / x[OP_ECHO_CHECK].p50_us,
-               x[OP_GET].p50_us / x[OP_ECHO_GET].p50_us, x[OP_CHECK].p50_us / x[OP_PG].p50_us,
-               x[OP_GET].p50_us / x[OP_PG].p50_us, x[OP_CHECK].p50_us,
-               x[OP_CHECK].p50_us <= budget ? "<=" : ">", x[OP_ECHO_CHECK].p50_us, x[OP_PG].p50_us,
-               budget, x[OP_CHECK].p50_us <= budget ? "met" : "NOT met");
+    printf("\nmedians of %d rounds\n", opts.rounds);
+    printf("%-20s %8s %10s %10s %12s %14s\n", "series", "clients", "p50 us", "p99 us", "requests/s",
+           "daemon cpu us");
+    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++)
+        for (size_t oi = 0; oi < nops; oi++) {
+            rpc_op op = ops[oi];
+            printf("%-20s %8d %10.1f %10.1f %12.0f", rpc_op_names[op], rpc_clients[ci],
+                   series_median(ci, op, 0), series_median(ci, op, 1), series_median(ci, op, 2));
+            if (op == OP_CHECK || op == OP_GET || op == OP_BASE_CHECK || op == OP_BASE_GET)
+                printf(" %14.1f", series_median(ci, op, 3));
+            printf("\n");
+        }
+
+    printf("\nratios over (echo + pg), medians of %d rounds (load %s)\n", opts.rounds,
+           load_average());
+    int met = 0;
+    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
+        met += report_ratio(ci, OP_CHECK, OP_ECHO_CHECK);
+        met += report_ratio(ci, OP_GET, OP_ECHO_GET);
+    }
+    printf("  goals met: %d of %d\n", met, 2 * RPC_CLIENT_COUNTS);
+    if (opts.base_url != NULL) {
+        printf("\ndaemon CPU per request against the base daemon, medians of %d rounds\n",
+               opts.rounds);
+        for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
+            double c = series_median(ci, OP_CHECK, 3), bc = series_median(ci, OP_BASE_CHECK, 3);
+            double g = series_median(ci, OP_GET, 3), bg = series_median(ci, OP_BASE_GET, 3);
+            printf("  %d client%s: Check %.1f us vs base %.1f us (%.2f x); Get %.1f us vs base"
+                   " %.1f us (%.2f x)\n",
+                   rpc_clients[ci], rpc_clients[ci] == 1 ? " " : "s", c, bc, c / bc, g, bg, g / bg);
+        }
     }
 
     if (opts.rss_requests > 0) {

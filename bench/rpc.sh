@@ -6,9 +6,11 @@
 # buzz-backfilld on it (tcp://127.0.0.1, automatic mode, no workers: it only serves) and runs the
 # program against it. Everything is removed at the end. Results go to stdout.
 #
-# Usage: bench/rpc.sh [rpc options...]   e.g. --requests 50000, --rss-requests 200000
+# Usage: bench/rpc.sh [rpc options...]   e.g. --requests 50000, --rss-requests 200000, --rounds 3
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
-#              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
+#              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster),
+#              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
+#              next to the first on the same database, and compared with it in every round).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +18,7 @@ BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ID="demo.events.content_len_v1"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
@@ -28,6 +30,7 @@ bench_build rpc.sh buzz-backfilld buzzctl buzz-demo-definitions rpc
 
 TMP="$(mktemp -d /tmp/buzz-rpc-bench.XXXXXX)"
 DPID=""
+BPID=""
 DB="buzz_rpc_bench_$$"
 bench_pg_start
 SERVER_URL="$BUZZ_BENCH_PG_URL"
@@ -35,10 +38,13 @@ DB_URL="$(buzz_db_url "$SERVER_URL" "$DB")"
 
 cleanup()
 {
-    if [[ -n "$DPID" ]] && kill -0 "$DPID" 2>/dev/null; then
-        kill -TERM "$DPID" || true
-        wait "$DPID" || true
-    fi
+    local pid
+    for pid in "$DPID" "$BPID"; do
+        if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" || true
+            wait "$pid" || true
+        fi
+    done
     psql -X -q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
     rm -rf "$TMP"
     bench_pg_stop
@@ -54,25 +60,39 @@ psql -X -q -v ON_ERROR_STOP=1 "$DB_URL" -f "$ROOT/examples/demo/schema.sql" >/de
 "$BUILD/client/buzzctl" token mint --secret "$TMP/bench.secret" --actor bench@local \
     --cap read,readiness --audience bench --ttl 2h >"$TMP/token"
 
-# a free port: the daemon exits at once when it cannot listen; try a few
-for try in 1 2 3 4 5; do
-    PORT=$((20000 + RANDOM % 30000))
-    "$BUILD/server/buzz-backfilld" --database-url "$DB_URL" \
-        --listen "tcp://127.0.0.1:$PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
-        --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads 8 --workers 0 \
-        --auto-backfill on --log-level warn run 2>"$TMP/daemon.log" &
-    DPID=$!
-    sleep 0.5
-    if kill -0 "$DPID" 2>/dev/null; then
-        break
-    fi
-    wait "$DPID" || true
-    DPID=""
-done
-if [[ -z "$DPID" ]]; then
-    cat "$TMP/daemon.log" >&2
-    echo "rpc.sh: buzz-backfilld did not start" >&2
+# start_daemon BINARY LOG: start a daemon on a free port (it exits at once when it cannot
+# listen: try a few); sets STARTED_PID and STARTED_PORT.
+start_daemon()
+{
+    local bin="$1" log="$2" try
+    STARTED_PID=""
+    for try in 1 2 3 4 5; do
+        STARTED_PORT=$((20000 + RANDOM % 30000))
+        "$bin" --database-url "$DB_URL" \
+            --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
+            --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads 8 --workers 0 \
+            --auto-backfill on --log-level warn run 2>"$log" &
+        STARTED_PID=$!
+        sleep 0.5
+        if kill -0 "$STARTED_PID" 2>/dev/null; then
+            return 0
+        fi
+        wait "$STARTED_PID" || true
+        STARTED_PID=""
+    done
+    cat "$log" >&2
+    echo "rpc.sh: $bin did not start" >&2
     exit 1
+}
+
+start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log"
+DPID="$STARTED_PID"
+PORT="$STARTED_PORT"
+BASE_ARGS=()
+if [[ -n "${BUZZ_BENCH_BASE_DAEMON:-}" ]]; then
+    start_daemon "$BUZZ_BENCH_BASE_DAEMON" "$TMP/base.log"
+    BPID="$STARTED_PID"
+    BASE_ARGS=(--base-url "tcp://127.0.0.1:$STARTED_PORT" --base-pid "$BPID")
 fi
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \
@@ -80,4 +100,4 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "server: $(psql -X -A -t "$SERVER_URL" -c 'SHOW server_version')"
 "$BUILD/bench/rpc" --url "tcp://127.0.0.1:$PORT" --token-file "$TMP/token" --pg "$DB_URL" \
-    --id "$ID" --pid "$DPID" "$@"
+    --id "$ID" --pid "$DPID" "${BASE_ARGS[@]}" "$@"

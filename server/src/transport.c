@@ -14,7 +14,11 @@
  * slot without waiting: the send completes in transport_sent() on nng's thread, which frees the
  * slot. So up to `threads` requests per socket are served at once, and a reply that waits for
  * its peer holds a slot, never a thread. A REP socket hands each request to one waiting context
- * and routes each reply back to the pipe (connection) it came from.
+ * and routes each reply back to the pipe (connection) it came from. The completion of every
+ * reply takes the mutex but wakes a thread only when one waits for it (a worker without a free
+ * slot, stop waiting for the replies in flight); the sweeper pauses on a condition variable of
+ * its own, which only stop signals. Waking the sweeper on every completion cost a context
+ * switch per request (issue 26).
  *
  * Peer facts: the listener a request arrived on is found from its pipe (nng_pipe_listener), so
  * boundary authority is granted only to requests that really came through the ipc:// listener;
@@ -295,6 +299,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&t->cond, &attr);
+    pthread_cond_init(&t->sweep_cond, &attr);
     pthread_condattr_destroy(&attr);
     /* before any socket exists: nng's pipe notifications use the table */
     bf_err err = srv_conns_new(&t->conns, cfg->n_urls, t->max_conns, t->max_conns_per_peer);
@@ -585,9 +590,11 @@ static bool transport_wait_sends(srv_transport *t)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&t->mtx);
+    t->cond_waiters++; /* transport_sent() wakes us */
     while (t->groups[0].sending + t->groups[1].sending > 0 &&
            pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
         ;
+    t->cond_waiters--;
     bool done = t->groups[0].sending + t->groups[1].sending == 0;
     pthread_mutex_unlock(&t->mtx);
     return done;
@@ -601,6 +608,7 @@ void srv_transport_stop(srv_transport *t)
     pthread_mutex_lock(&t->mtx);
     t->stopping = true;
     pthread_cond_broadcast(&t->cond);
+    pthread_cond_signal(&t->sweep_cond);
     for (int g = 0; g < TRANSPORT_GROUPS; g++) {
         for (int i = 0; i < t->groups[g].n_workers; i++) {
             transport_slot *slot = t->groups[g].workers[i].receiving;
@@ -690,6 +698,7 @@ void srv_transport_free(srv_transport *t)
         nng_tls_config_free(t->tls);
     srv_conns_free(t->conns);
     pthread_cond_destroy(&t->cond);
+    pthread_cond_destroy(&t->sweep_cond);
     pthread_mutex_destroy(&t->mtx);
     free(t);
 }

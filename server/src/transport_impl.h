@@ -125,7 +125,12 @@ struct srv_transport {
     nng_duration send_timeout_ms;
     srv_conns *conns;
     pthread_mutex_t mtx;
-    pthread_cond_t cond; /* a slot was freed, a send completed, or stop began */
+    /* Under mtx: a slot was freed, a send completed, or stop began. Broadcast only while
+     * cond_waiters > 0 (a worker without a free slot, stop waiting for the replies): a reply's
+     * completion, which runs on nng's thread for every request, wakes no one otherwise. */
+    pthread_cond_t cond;
+    int cond_waiters;          /* under mtx: threads in a wait on cond */
+    pthread_cond_t sweep_cond; /* the sweeper's pause: signalled when stop begins, nothing else */
     pthread_t sweeper;
     bool sweeper_started;
     srv_canary *canary;           /* probes nng's reaper; owned by the sweeper */

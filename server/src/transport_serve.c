@@ -205,12 +205,19 @@ static void transport_who(const srv_peer *peer, char *out, size_t cap)
         snprintf(out, cap, "%s %s", peer->listener, peer->addr[0] ? peer->addr : "unknown");
 }
 
+/* Wake the waiters on t->cond, if there are any (under t->mtx). */
+static void transport_wake(srv_transport *t)
+{
+    if (t->cond_waiters > 0)
+        pthread_cond_broadcast(&t->cond);
+}
+
 static void transport_slot_release(srv_transport *t, transport_slot *slot)
 {
     pthread_mutex_lock(&t->mtx);
     slot->next_free = slot->group->free_slots;
     slot->group->free_slots = slot;
-    pthread_cond_broadcast(&t->cond);
+    transport_wake(t);
     pthread_mutex_unlock(&t->mtx);
 }
 
@@ -243,7 +250,7 @@ void transport_sent(void *arg)
     slot->group->sending--;
     slot->next_free = slot->group->free_slots;
     slot->group->free_slots = slot;
-    pthread_cond_broadcast(&t->cond);
+    transport_wake(t); /* nobody, while slots are free and stop is not waiting */
     pthread_mutex_unlock(&t->mtx);
 }
 
@@ -308,8 +315,11 @@ void *transport_worker_main(void *arg)
     transport_group *g = w->group;
     for (;;) {
         pthread_mutex_lock(&t->mtx);
-        while (!t->stopping && g->free_slots == NULL)
+        while (!t->stopping && g->free_slots == NULL) {
+            t->cond_waiters++;
             pthread_cond_wait(&t->cond, &t->mtx); /* every slot waits for a peer (bounded) */
+            t->cond_waiters--;
+        }
         transport_slot *slot = t->stopping ? NULL : g->free_slots;
         if (slot != NULL) {
             g->free_slots = slot->next_free;
@@ -354,7 +364,7 @@ void *transport_sweeper_main(void *arg)
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        while (!t->stopping && pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
+        while (!t->stopping && pthread_cond_timedwait(&t->sweep_cond, &t->mtx, &until) != ETIMEDOUT)
             ;
         if (t->stopping)
             break;
