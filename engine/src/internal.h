@@ -45,16 +45,20 @@ typedef struct bf_compiled {
 #define BF_REGISTRY_CHUNK  64  /* entries per chunk: allocated once, never moved */
 #define BF_REGISTRY_CHUNKS 256 /* so at most 16,384 definitions */
 #define BF_REGISTRY_MAX    ((size_t)BF_REGISTRY_CHUNK * BF_REGISTRY_CHUNKS)
+#define BF_REGISTRY_SLOTS  (2 * BF_REGISTRY_MAX) /* the ID index: at most half full */
 
-/* Append-only (registry.c design notes): readers load count (acquire) and the literals
+/* Append-only (registry.c design notes): readers load count, the index slots and the literals
  * (acquire) without a lock; one writer at a time stores them (release). */
 struct bf_registry {
     bf_compiled *chunks[BF_REGISTRY_CHUNKS]; /* entry i: chunks[i / CHUNK][i % CHUNK] */
     _Atomic size_t count;                    /* entries complete and visible to readers */
-    void **modules;                          /* dlopen handles kept for the registry's lifetime */
+    _Atomic uint32_t *index; /* BF_REGISTRY_SLOTS open-addressing slots: entry + 1, 0 = empty */
+    void **modules;          /* dlopen handles kept for the registry's lifetime */
     size_t nmodules;
-    _Atomic(char *) ids_all;      /* text[] literal of every stable ID, rebuilt on change */
+    _Atomic(char *) ids_all;      /* text[] literal of every stable ID, rebuilt per batch */
     _Atomic(char *) ids_required; /* text[] literal of the required stable IDs */
+    size_t ids_count;             /* the writer's: entries the literals name */
+    int batch_depth;              /* the writer's: bf_registry_batch_begin() nesting */
     char **retired;               /* literals replaced, freed with the registry */
     size_t nretired, capretired;
 };

@@ -8,10 +8,21 @@
  * BF_REGISTRY_CHUNK entries that is never moved or freed before the registry, so its address
  * is stable; the count is published with a release store after the entry is complete, and
  * read with an acquire load, so a reader sees whole entries only, the first count of them.
- * The text[] literals of the IDs are replaced by pointer (release/acquire) and the ones they
- * replace are retired, not freed, until the registry is: a session may be sending the old one.
- * The count is published before the literals, so an ID a reader finds in a literal is always
- * in the registry it searches. Writers (add, load_module) are serialized by the caller.
+ * The IDs are indexed by an open-addressing hash table of fixed size (BF_REGISTRY_SLOTS, twice
+ * the most entries, so probes stay short and a free slot always exists): a slot holds an entry's
+ * position + 1 and is published with a release store after the entry and the count, so a reader
+ * that finds a slot finds a whole entry. Slots are only ever filled (an entry is never removed
+ * once shared), so a reader's linear probe that meets an empty slot has seen every entry added
+ * before its call. Lookups are O(1) and startup with n definitions O(n), not O(n^2).
+ *
+ * The text[] literals of the IDs (what the engines' queries name) are replaced by pointer
+ * (release/acquire) and the ones they replace are retired, not freed, until the registry is: a
+ * session may be sending the old one. They are rebuilt once per batch of adds (a module, the
+ * files a SIGHUP joins: bf_registry_batch_begin/end), or per add outside a batch, so retired
+ * literals number two per batch, not two per definition. The count is published before the
+ * literals, so an ID a reader finds in a literal is always in the registry it searches; an ID
+ * added in a batch is findable at once and in the literals from the batch's end. Writers (add,
+ * batches, load_module) are serialized by the caller.
  */
 #include <ctype.h>
 #include <dlfcn.h>
@@ -125,6 +136,33 @@ static bf_compiled *registry_slot(const bf_registry *reg, size_t i)
     return &reg->chunks[i / BF_REGISTRY_CHUNK][i % BF_REGISTRY_CHUNK];
 }
 
+_Static_assert((BF_REGISTRY_SLOTS & (BF_REGISTRY_SLOTS - 1)) == 0, "slots: a power of two");
+_Static_assert(BF_REGISTRY_SLOTS >= 2 * BF_REGISTRY_MAX, "the index stays at most half full");
+_Static_assert(BF_REGISTRY_MAX < UINT32_MAX, "a slot holds a position + 1");
+
+/* FNV-1a (64 bits) of an ID: its first probe. */
+static size_t registry_hash(const char *id)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (const unsigned char *p = (const unsigned char *)id; *p != '\0'; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    return (size_t)(h ^ (h >> 32)) & (BF_REGISTRY_SLOTS - 1);
+}
+
+/* The index slot that holds id, or the empty slot where it would go (*found false). */
+static size_t registry_probe(const bf_registry *reg, const char *id, bool *found)
+{
+    for (size_t s = registry_hash(id);; s = (s + 1) & (BF_REGISTRY_SLOTS - 1)) {
+        uint32_t v = atomic_load_explicit(&reg->index[s], memory_order_acquire);
+        if (v == 0 || strcmp(registry_slot(reg, v - 1)->def->id, id) == 0) {
+            *found = v != 0;
+            return s; /* terminates: the index is never more than half full */
+        }
+    }
+}
+
 /* "{a,b}": a text[] literal of the first n IDs (only required ones when asked). */
 static char *registry_ids_literal(const bf_registry *reg, size_t n, bool required_only)
 {
@@ -142,14 +180,6 @@ static char *registry_ids_literal(const bf_registry *reg, size_t n, bool require
     }
     bf__strbuf_add(&sb, "}");
     return bf__strbuf_take(&sb);
-}
-
-/* Keep a replaced literal until the registry is freed (a reader may be sending it); room was
- * reserved by registry_publish_ids. */
-static void registry_retire(bf_registry *reg, char *old)
-{
-    if (old != NULL)
-        reg->retired[reg->nretired++] = old;
 }
 
 /* The literals of the first n entries, built before anything is published (room to retire
@@ -174,11 +204,17 @@ static bf_err registry_build_ids(bf_registry *reg, size_t n, char **all, char **
     return BF_OK;
 }
 
-static void registry_publish_ids(bf_registry *reg, char *all, char *required)
+/* Publish the literals of the first n entries (registry_build_ids), retiring the ones they
+ * replace: a reader may be sending them. */
+static void registry_publish_ids(bf_registry *reg, size_t n, char *all, char *required)
 {
-    registry_retire(reg, atomic_exchange_explicit(&reg->ids_all, all, memory_order_acq_rel));
-    registry_retire(reg,
-                    atomic_exchange_explicit(&reg->ids_required, required, memory_order_acq_rel));
+    char *old = atomic_exchange_explicit(&reg->ids_all, all, memory_order_acq_rel);
+    if (old != NULL)
+        reg->retired[reg->nretired++] = old;
+    old = atomic_exchange_explicit(&reg->ids_required, required, memory_order_acq_rel);
+    if (old != NULL)
+        reg->retired[reg->nretired++] = old;
+    reg->ids_count = n;
 }
 
 const char *bf__registry_ids(const bf_registry *reg, bool required_only)
@@ -197,6 +233,11 @@ bf_err bf_registry_new(bf_registry **out)
     bf_registry *reg = calloc(1, sizeof *reg);
     if (reg == NULL)
         return BF_ERR_NOMEM;
+    reg->index = calloc(BF_REGISTRY_SLOTS, sizeof *reg->index); /* all empty */
+    if (reg->index == NULL) {
+        free(reg);
+        return BF_ERR_NOMEM;
+    }
     atomic_init(&reg->count, 0);
     atomic_init(&reg->ids_all, NULL);
     atomic_init(&reg->ids_required, NULL);
@@ -216,12 +257,35 @@ void bf_registry_free(bf_registry *reg)
     for (size_t i = 0; i < reg->nmodules; i++)
         dlclose(reg->modules[i]);
     free(reg->modules);
+    free((void *)reg->index);
     free(atomic_load(&reg->ids_all));
     free(atomic_load(&reg->ids_required));
     for (size_t i = 0; i < reg->nretired; i++)
         free(reg->retired[i]);
     free(reg->retired);
     free(reg);
+}
+
+void bf_registry_batch_begin(bf_registry *reg)
+{
+    if (reg != NULL)
+        reg->batch_depth++;
+}
+
+bf_err bf_registry_batch_end(bf_registry *reg)
+{
+    if (reg == NULL || reg->batch_depth == 0)
+        return BF_ERR_INVALID_ARGUMENT;
+    if (--reg->batch_depth > 0)
+        return BF_OK; /* the outermost end publishes */
+    size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
+    if (n == reg->ids_count)
+        return BF_OK;
+    char *all = NULL, *required = NULL;
+    bf_err err = registry_build_ids(reg, n, &all, &required);
+    if (err == BF_OK)
+        registry_publish_ids(reg, n, all, required);
+    return err;
 }
 
 bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len)
@@ -231,7 +295,9 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
     bf_err err = definition_check(def, diag, diag_len);
     if (err != BF_OK)
         return err;
-    if (bf_registry_find(reg, def->id) != NULL)
+    bool found = false;
+    size_t at = registry_probe(reg, def->id, &found);
+    if (found)
         return def_error(diag, diag_len, def->id, "stable id registered twice in this process");
     size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
     if (n == BF_REGISTRY_MAX)
@@ -242,14 +308,19 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
     bf_compiled *slot = registry_slot(reg, n);
     if ((err = bf__compile(def, n, slot)) != BF_OK)
         return err;
+    /* outside a batch the literals name it as it joins; all or nothing: they are built first
+     * (from the entry, not visible yet), so nothing published can fail */
     char *all = NULL, *required = NULL;
-    if ((err = registry_build_ids(reg, n + 1, &all, &required)) != BF_OK) {
+    if (reg->batch_depth == 0 && (err = registry_build_ids(reg, n + 1, &all, &required)) != BF_OK) {
         bf__compiled_fini(slot);
         return err;
     }
-    /* the entry is whole: readers may see it from here on, then in the ID lists */
+    /* the entry is whole: readers may see it from here on (count, its index slot, then the
+     * literals) */
     atomic_store_explicit(&reg->count, n + 1, memory_order_release);
-    registry_publish_ids(reg, all, required);
+    atomic_store_explicit(&reg->index[at], (uint32_t)(n + 1), memory_order_release);
+    if (reg->batch_depth == 0)
+        registry_publish_ids(reg, n + 1, all, required);
     return BF_OK;
 }
 
@@ -272,27 +343,39 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
         err = BF_ERR_DEFINITION;
     }
     size_t before = atomic_load_explicit(&reg->count, memory_order_relaxed);
+    bf_registry_batch_begin(reg); /* the literals are rebuilt once, for the whole module */
     for (size_t i = 0; err == BF_OK && mod != NULL && i < mod->count; i++)
         err = bf_registry_add(reg, mod->definitions[i], diag, diag_len);
-    void **mods = NULL;
     if (err == BF_OK) {
-        mods = realloc(reg->modules, (reg->nmodules + 1) * sizeof *mods);
+        void **mods = realloc(reg->modules, (reg->nmodules + 1) * sizeof *mods);
         if (mods == NULL)
             err = BF_ERR_NOMEM;
+        else
+            reg->modules = mods;
+    }
+    bool ended = false;
+    if (err == BF_OK) {
+        ended = true;
+        err = bf_registry_batch_end(reg);
     }
     if (err != BF_OK) {
-        /* taking entries back is safe only before the registry is shared (header) */
+        /* taking entries back is safe only before the registry is shared (header); their
+         * index slots are emptied newest first, which leaves every older probe as it was */
         size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed);
         atomic_store_explicit(&reg->count, before, memory_order_release);
-        while (n > before)
-            bf__compiled_fini(registry_slot(reg, --n));
-        char *all = NULL, *required = NULL;
-        if (registry_build_ids(reg, before, &all, &required) == BF_OK)
-            registry_publish_ids(reg, all, required);
+        while (n > before) {
+            bf_compiled *c = registry_slot(reg, --n);
+            bool found = false;
+            size_t at = registry_probe(reg, c->def->id, &found);
+            if (found)
+                atomic_store_explicit(&reg->index[at], 0, memory_order_release);
+            bf__compiled_fini(c);
+        }
+        if (!ended)
+            (void)bf_registry_batch_end(reg); /* nothing of the module was published */
         dlclose(handle);
         return err;
     }
-    reg->modules = mods;
     reg->modules[reg->nmodules++] = handle;
     return BF_OK;
 }
@@ -311,16 +394,14 @@ const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id,
 {
     if (reg == NULL || id == NULL)
         return NULL;
-    size_t n = bf_registry_count(reg); /* a snapshot: entries below n are whole */
-    for (size_t i = 0; i < n; i++) {
-        const bf_compiled *c = registry_slot(reg, i);
-        if (strcmp(c->def->id, id) == 0) {
-            if (index != NULL)
-                *index = i;
-            return c;
-        }
-    }
-    return NULL;
+    bool found = false;
+    size_t at = registry_probe(reg, id, &found);
+    if (!found)
+        return NULL;
+    size_t i = atomic_load_explicit(&reg->index[at], memory_order_acquire) - 1;
+    if (index != NULL)
+        *index = i;
+    return registry_slot(reg, i);
 }
 
 const bf_definition *bf_registry_find(const bf_registry *reg, const char *id)

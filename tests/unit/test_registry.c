@@ -12,6 +12,16 @@
  * registry is freed (registry_retire; otherwise a use after free that ASan reports). The
  * reader, started at a barrier, sees whole entries only: every index below the count it read
  * is findable by its ID.
+ *
+ * test_registry_batch (issue 26: startup linear in definitions): 10,000 adds in one batch, with
+ * the same reader walking the registry. Guards proved: each definition is findable as soon as
+ * it is added (the ID index, registry.c registry_probe; a wrong probe or a slot published
+ * before its entry fails the reader's or the final lookups), the ID literals are not rebuilt
+ * during the batch and are rebuilt once at its end, so exactly two literals are retired
+ * (bf_registry_add's batch_depth check; seen failing with it removed: "the ID literal was
+ * rebuilt during the batch (add 1)"), and an ID never added is not found. Seen failing with
+ * registry_probe's ID comparison removed (the first slot taken as a match): "add 504: ...
+ * stable id registered twice in this process".
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -182,6 +192,76 @@ static void test_registry_grows_under_readers(void **state)
     bf_registry_free(reg);
 }
 
+#define BATCH_N 10000
+
+static void test_registry_batch(void **state)
+{
+    (void)state;
+    static bf_definition defs[BATCH_N + 1];
+    static char ids[BATCH_N + 1][32];
+    bf_registry *reg = NULL;
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    char diag[BF_DIAG_MAX] = "";
+    assert_int_equal(bf_registry_batch_end(reg), BF_ERR_INVALID_ARGUMENT); /* no begin */
+    defs[0] = good();
+    assert_int_equal(bf_registry_add(reg, &defs[0], diag, sizeof diag), BF_OK);
+    const char *before = bf__registry_ids(reg, false);
+    assert_string_equal(before, "{\"items.fix_v1\"}");
+
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+    grow_reader r = {.reg = reg, .go = &go};
+    atomic_init(&r.done, false);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, grow_reader_main, &r), 0);
+    pthread_barrier_wait(&go);
+    bf_registry_batch_begin(reg);
+    bf_registry_batch_begin(reg); /* nested: the outer end publishes */
+    for (int i = 1; i <= BATCH_N; i++) {
+        snprintf(ids[i], sizeof ids[i], "items.batch_%05d", i);
+        defs[i] = good();
+        defs[i].id = ids[i];
+        defs[i].required = i % 2 == 0;
+        if (bf_registry_add(reg, &defs[i], diag, sizeof diag) != BF_OK)
+            fail_msg("add %d: %s", i, diag);
+        if (bf_registry_find(reg, ids[i]) != &defs[i])
+            fail_msg("%s not findable once added", ids[i]);
+        if (bf__registry_ids(reg, false) != before)
+            fail_msg("the ID literal was rebuilt during the batch (add %d)", i);
+    }
+    assert_int_equal(bf_registry_add(reg, &defs[BATCH_N], diag, sizeof diag), BF_ERR_DEFINITION);
+    assert_int_equal(bf_registry_batch_end(reg), BF_OK);
+    assert_ptr_equal(bf__registry_ids(reg, false), before); /* the inner end published nothing */
+    assert_int_equal(bf_registry_batch_end(reg), BF_OK);
+    atomic_store(&r.done, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    pthread_barrier_destroy(&go);
+    assert_int_equal(r.bad, 0);
+
+    assert_int_equal(bf_registry_count(reg), BATCH_N + 1);
+    for (int i = 0; i <= BATCH_N; i++) {
+        size_t index = 0;
+        const bf_compiled *c = bf__registry_compiled(reg, defs[i].id, &index);
+        assert_non_null(c);
+        assert_ptr_equal(c->def, &defs[i]);
+        assert_int_equal(index, (size_t)i);
+    }
+    assert_null(bf_registry_find(reg, "items.batch_99999"));
+    assert_null(bf_registry_find(reg, "items.batch_0000")); /* a prefix of added IDs */
+    /* one rebuild for the batch: the two literals it replaced retired, the old one readable */
+    assert_int_equal(reg->nretired, 2);
+    assert_string_equal(before, "{\"items.fix_v1\"}");
+    const char *all = bf__registry_ids(reg, false), *required = bf__registry_ids(reg, true);
+    assert_true(strncmp(all, "{\"items.fix_v1\",\"items.batch_00001\",", 36) == 0);
+    assert_non_null(strstr(all, ",\"items.batch_10000\"}"));
+    assert_true(strncmp(required, "{\"items.batch_00002\",\"items.batch_00004\",", 41) == 0);
+    size_t commas = 0;
+    for (const char *p = all; *p != '\0'; p++)
+        commas += *p == ',';
+    assert_int_equal(commas, BATCH_N);
+    bf_registry_free(reg);
+}
+
 static void test_id_format(void **state)
 {
     assert_true(bf_id_valid("events.content_len_v1"));
@@ -309,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_definition_validation),
         cmocka_unit_test(test_registry_duplicates_and_lookup),
         cmocka_unit_test(test_registry_grows_under_readers),
+        cmocka_unit_test(test_registry_batch),
         cmocka_unit_test(test_id_format),
         cmocka_unit_test(test_sqlstate_table),
         cmocka_unit_test(test_format_cut_keeps_utf8),

@@ -170,6 +170,17 @@ void bf_registry_free(bf_registry *reg);
  * (may be NULL) gets a bounded reason. */
 bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len);
 
+/* A batch of adds (a module, the definition files of a directory or of a SIGHUP): between
+ * bf_registry_batch_begin() and bf_registry_batch_end(), each bf_registry_add() makes its
+ * definition findable at once (count, at, find), but the lists of IDs that engines' queries
+ * name (claims, the readiness gate, the progress read) are rebuilt once, at the end, rather
+ * than at every add: n adds then cost O(n), not O(n^2). Batches nest; the outermost end
+ * publishes. The writer's calls, like add. batch_end: BF_ERR_INVALID_ARGUMENT without a begin;
+ * BF_ERR_NOMEM leaves the lists without the batch's definitions (a later end or add lists
+ * them). bf_registry_load_module() is a batch of its own. */
+void bf_registry_batch_begin(bf_registry *reg);
+bf_err bf_registry_batch_end(bf_registry *reg);
+
 /* dlopen() a definitions module and add all its definitions (all or nothing). */
 bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, size_t diag_len);
 
