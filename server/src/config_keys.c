@@ -31,8 +31,8 @@ const key_def config_keys[SRV_CONFIG_KEYS] = {
      "Definitions modules (shared objects exporting buzz_backfill_module), comma-separated.",
      F(modules), F(n_modules)},
     {"definitions_dir", KT_STRING, NULL, 0, 0, "DIR",
-     "Directory of definition files (*.def, one definition each), loaded at startup; not "
-     "writable by group or others.",
+     "Directory of definition files (*.def, one definition each), loaded at startup; new "
+     "files join on SIGHUP. Not writable by group or others.",
      F(definitions_dir), NOCOUNT},
     {"auto_migrate", KT_BOOL, "off", 0, 0, "on|off",
      "Apply the engine's schema migrations at startup; off: only check that they are applied.",
