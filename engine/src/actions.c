@@ -106,6 +106,11 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
                    " next_attempt_at = NULL, updated_at = clock_timestamp()"
                    " WHERE id = $1 AND state = 'pending' RETURNING state, generation",
                    4, params);
+    /* the old-writer watch (watch.c) starts with the backfill, in its transaction */
+    if (err == BF_OK && PQntuples(*res) == 1 && (err = bf__watch_install(e, c)) != BF_OK) {
+        PQclear(*res);
+        *res = NULL;
+    }
     if (err == BF_OK)
         bf__format(detail, cap, "%s", empty ? "empty source set" : "bound captured");
     return err;

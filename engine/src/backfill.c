@@ -88,6 +88,7 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     vp->rows_checked = bf__field_i64(r, row, c++);
     vp->rows_needing_repair = bf__field_i64(r, row, c++);
     out->now = bf__field_i64(r, row, c++);
+    bf__old_writers_from_result(r, row, c, &out->old_writers);
 }
 
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)

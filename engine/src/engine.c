@@ -676,6 +676,9 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
     e->step_ms = cfg->step_ms ? cfg->step_ms : 200;
     e->step_batches = cfg->step_batches ? cfg->step_batches : 1000;
     e->throttle = cfg->throttle;
+    e->watch_writers = cfg->watch_writers == BF_WATCH_ON ? BF_WATCH_ON : BF_WATCH_OFF;
+    e->watch_block = cfg->watch_block;
+    e->watch_grace_s = cfg->watch_grace_s > 0 ? cfg->watch_grace_s : 0;
     e->stop_fd = -1;
     e->log = cfg->log;
     e->log_arg = cfg->log_arg;

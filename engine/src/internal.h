@@ -102,6 +102,9 @@ struct bf_engine {
     int stop_fd;
     atomic_bool *stop;
     bool cancelled;
+    bf_watch_mode watch_writers; /* bf_config: the daemon-wide watchdog mode */
+    bool watch_block;            /* bf_config: old writers block a running backfill */
+    int watch_grace_s;           /* bf_config: a completed backfill keeps its watch this long */
 };
 
 /* A plain message (event BF_EV_NONE, no fields). */
@@ -325,14 +328,32 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM v.finished_at) * 1000000)::bigint,"                                      \
     " v.rows_checked,"                                                                             \
     " v.rows_needing_repair,"                                                                      \
-    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
-/* The relations BF_BACKFILL_COLUMNS reads: the row (b) and its validation progress (v). A
+    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,"                                  \
+    " (w.backfill_id IS NOT NULL AND w.removed_at IS NULL)," /* the watchdog (watch.c) */          \
+    " w.mode,"                                                                                     \
+    " coalesce(ow.rows, 0), coalesce(ow.healed, 0), coalesce(ow.writers, 0),"                      \
+    " (extract(epoch FROM ow.first_seen) * 1000000)::bigint,"                                      \
+    " (extract(epoch FROM ow.last_seen) * 1000000)::bigint,"                                       \
+    " ot.application_name, ot.client_addr, ot.role_name, ot.rows,"                                 \
+    " (extract(epoch FROM ot.first_seen) * 1000000)::bigint,"                                      \
+    " (extract(epoch FROM ot.last_seen) * 1000000)::bigint"
+/* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
+ * watchdog (w, ow: the totals, ot: the writer with the most rows). A
  * locking read names b ("FOR UPDATE OF b"): v is the nullable side of the join. */
 #define BF_BACKFILL_FROM                                                                           \
     "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
-    " ON v.backfill_id = b.id"
+    " ON v.backfill_id = b.id"                                                                     \
+    " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = b.id"                                     \
+    " LEFT JOIN LATERAL (SELECT sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"     \
+    "  count(*) AS writers, min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"        \
+    "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id) ow ON true"                     \
+    " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name, o.rows,"           \
+    "  o.first_seen, o.last_seen FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id"       \
+    "  ORDER BY o.rows DESC, o.first_seen LIMIT 1) ot ON true"
 /* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
+/* watch.c: decode the watchdog's columns of BF_BACKFILL_COLUMNS, the first at col. */
+void bf__old_writers_from_result(const PGresult *r, int row, int col, bf_old_writers *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
  * rows there are, writing at most max. */
 int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max);
@@ -418,5 +439,26 @@ struct bf_txn {
 
 void bf__txn_init(bf_txn *txn, bf_engine *e, long limit, long batch_rows);
 bf_err bf__txn_verdict(bf_txn *txn, bf_err callback_verdict, char *detail, size_t cap);
+
+/* ---- the old-writer watchdog (watch.c) ------------------------------------------------- */
+
+/* The mode in force for d: its own watch_writers, else the daemon-wide one. */
+bf_watch_mode bf__watch_mode(const bf_engine *e, const bf_definition *d);
+/* Install c's watch trigger in the caller's transaction (start), when its mode is on or heal.
+ * BF_ERR_DEFINITION (diag says why) when the definition asks for a mode it cannot serve: no
+ * postcondition to watch, or heal of a definition heal cannot serve. A daemon-wide mode skips
+ * such a definition (logged). */
+bf_err bf__watch_install(bf_engine *e, const bf_compiled *c);
+/* Remove id's trigger and functions in a transaction of its own (no-op without one). *removed:
+ * one was installed. */
+bf_err bf__watch_remove(bf_engine *e, const char *id, bool *removed);
+/* What the watch of id saw: writers not yet reported are logged (watch.old_writer) and audited
+ * once each; *rows_out: every violating row counted; *unanswered_out: rows newer than the last
+ * block on old writers; diag: "old writer: 37 rows since ... from application relay-1.3 at
+ * 10.0.0.7 ..." with what to do (bounded, redacted), "" when none. */
+bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *unanswered_out,
+                        char *diag, size_t cap);
+/* A block answered the rows counted so far: only newer ones block again. */
+bf_err bf__watch_answered(bf_engine *e, const char *id);
 
 #endif /* BUZZ_ENGINE_INTERNAL_H */

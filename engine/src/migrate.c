@@ -250,6 +250,65 @@ static const char m9_validation_progress[] =
     "  finished_at timestamptz"
     ");";
 
+/* Version 10: the old-writer watchdog (watch.c, docs/definitions.md "Old writers"). watch: one
+ * row per backfill whose trigger was installed (the quoted table, the trigger and its
+ * functions, so that removal needs no definition; removed_at once it is gone; blocked_through:
+ * the newest violation a block on old writers already answered). old_writer: what the trigger
+ * counted, per writer (application_name, client address, role; never a row value), at most 32
+ * writers per backfill and then one "(other writers)" row. old_writer_count() is the one thing
+ * the trigger runs, as the engine's role (SECURITY DEFINER), only for a row that breaks the
+ * postcondition; old_writer_seen() is the AFTER trigger's function. */
+static const char m10_old_writers[] =
+    "CREATE TABLE buzz_backfill.watch ("
+    "  backfill_id text PRIMARY KEY,"
+    "  table_name text NOT NULL CHECK (octet_length(table_name) < 300),"
+    "  trigger_name text NOT NULL CHECK (octet_length(trigger_name) < 64),"
+    "  functions text[] NOT NULL,"
+    "  mode text NOT NULL CHECK (mode IN ('on', 'heal')),"
+    "  installed_at timestamptz NOT NULL,"
+    "  removed_at timestamptz,"
+    "  blocked_through timestamptz"
+    ");"
+    "CREATE TABLE buzz_backfill.old_writer ("
+    "  backfill_id text NOT NULL,"
+    "  application_name text NOT NULL CHECK (octet_length(application_name) < 256),"
+    "  client_addr text NOT NULL CHECK (octet_length(client_addr) < 64),"
+    "  role_name text NOT NULL CHECK (octet_length(role_name) < 256),"
+    "  rows bigint NOT NULL,"
+    "  healed bigint NOT NULL,"
+    "  first_seen timestamptz NOT NULL,"
+    "  last_seen timestamptz NOT NULL,"
+    "  reported boolean NOT NULL DEFAULT false,"
+    "  PRIMARY KEY (backfill_id, application_name, client_addr, role_name)"
+    ");"
+    "CREATE FUNCTION buzz_backfill.old_writer_count(p_id text, p_healed boolean) RETURNS void"
+    " LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bf$"
+    " DECLARE"
+    "  v_app text := left(coalesce(current_setting('application_name', true), ''), 63);"
+    "  v_addr text := coalesce(host(inet_client_addr()), 'local');"
+    "  v_role text := left(session_user::text, 63);"
+    " BEGIN"
+    "  IF NOT EXISTS (SELECT 1 FROM buzz_backfill.old_writer WHERE backfill_id = p_id"
+    "     AND application_name = v_app AND client_addr = v_addr AND role_name = v_role)"
+    "   AND (SELECT count(*) FROM buzz_backfill.old_writer WHERE backfill_id = p_id) >= 32 THEN"
+    "   v_app := '(other writers)'; v_addr := ''; v_role := '';"
+    "  END IF;"
+    "  INSERT INTO buzz_backfill.old_writer AS o (backfill_id, application_name, client_addr,"
+    "   role_name, rows, healed, first_seen, last_seen)"
+    "   VALUES (p_id, v_app, v_addr, v_role, 1, CASE WHEN p_healed THEN 1 ELSE 0 END,"
+    "   clock_timestamp(), clock_timestamp())"
+    "   ON CONFLICT (backfill_id, application_name, client_addr, role_name) DO UPDATE"
+    "   SET rows = o.rows + 1, healed = o.healed + CASE WHEN p_healed THEN 1 ELSE 0 END,"
+    "   last_seen = clock_timestamp();"
+    " END $bf$;"
+    "REVOKE ALL ON FUNCTION buzz_backfill.old_writer_count(text, boolean) FROM PUBLIC;"
+    "CREATE FUNCTION buzz_backfill.old_writer_seen() RETURNS trigger"
+    " LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bf$"
+    " BEGIN"
+    "  PERFORM buzz_backfill.old_writer_count(TG_ARGV[0], false);"
+    "  RETURN NULL;"
+    " END $bf$;";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
@@ -260,6 +319,7 @@ static const migration migrations[] = {
     {7, "slow batches", m7_slow},
     {8, "definition digest", m8_digest},
     {9, "validation progress", m9_validation_progress},
+    {10, "old writers", m10_old_writers},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

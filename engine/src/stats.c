@@ -22,7 +22,12 @@ static const char stats_sql[] =
     " FROM buzz_backfill.backfill b GROUP BY b.state"
     " UNION ALL"
     " SELECT NULL, 0, count(*), NULL, 0, 0 FROM unnest($1::text[]) AS r(id)"
-    " WHERE NOT EXISTS (SELECT 1 FROM buzz_backfill.backfill x WHERE x.id = r.id)";
+    " WHERE NOT EXISTS (SELECT 1 FROM buzz_backfill.backfill x WHERE x.id = r.id)"
+    " UNION ALL" /* the watchdog: writers and rows of backfills not completed, and watches */
+    " SELECT 'watch', (SELECT count(*) FROM buzz_backfill.watch WHERE removed_at IS NULL),"
+    "  count(*), NULL, coalesce(sum(o.rows), 0)::bigint, 0"
+    " FROM buzz_backfill.old_writer o JOIN buzz_backfill.backfill b ON b.id = o.backfill_id"
+    " WHERE b.state <> 'completed'";
 
 bf_err bf_stats_read(bf_engine *e, bf_stats *out)
 {
@@ -40,6 +45,12 @@ bf_err bf_stats_read(bf_engine *e, bf_stats *out)
     memset(&s, 0, sizeof s);
     for (int i = 0; i < PQntuples(r); i++) {
         int slot = 0;
+        if (strcmp(bf__field(r, i, 0), "watch") == 0) {
+            s.watches = bf__field_i64(r, i, 1);
+            s.old_writers = bf__field_i64(r, i, 2);
+            s.old_writer_rows = bf__field_i64(r, i, 4);
+            continue;
+        }
         if (!bf__isnull(r, i, 0)) {
             bf_state st = 0;
             if (bf_state_parse(bf__field(r, i, 0), &st) != BF_OK || st <= 0 ||

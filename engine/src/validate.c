@@ -394,6 +394,8 @@ static bf_err validate_record(validate_ctx *v, bool ran, int64_t complete_genera
         err = bf__commit(e);
     if (err != BF_OK)
         bf__rollback(e);
+    else if (out->changed && out->result == BF_STATE_COMPLETED && e->watch_grace_s == 0)
+        (void)bf__watch_remove(e, v->id, NULL); /* the watch ends with the backfill */
     return err;
 }
 

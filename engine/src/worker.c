@@ -459,8 +459,12 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
                           " validation_outcome = 'success', validation_detail = $8,"
                           " validated_at = clock_timestamp(), validation_request = NULL",
                           BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail, "validation succeeded");
-    if (err == BF_OK)
+    if (err == BF_OK) {
         worker_drop_claim(w);
+        /* the watch ends with the backfill; one that cannot be removed now is swept later */
+        if (w->e->watch_grace_s == 0)
+            (void)bf__watch_remove(w->e, w->id, NULL);
+    }
     return err;
 }
 
@@ -918,11 +922,45 @@ static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
     return err;
 }
 
+/* The old-writer watchdog, every step (with watch_block) or at most once a second per claim:
+ * new writers are logged and audited
+ * once; with watch_block, rows no earlier block answered enter blocked with who wrote them (the
+ * spec: an unmet prerequisite enters blocked). */
+static bf_err step_watch(bf_worker *w, bf_step_info *info, bool force, bool *blocked)
+{
+    *blocked = false;
+    if (bf__watch_mode(w->e, w->c->def) == BF_WATCH_OFF)
+        return BF_OK;
+    int64_t now = bf__monotonic_us();
+    /* a watch that only reports reads at most once a second; one that blocks, every step */
+    if (!force && !w->e->watch_block && w->watch_checked_us != 0 &&
+        now - w->watch_checked_us < 1000000)
+        return BF_OK;
+    w->watch_checked_us = now;
+    int64_t rows = 0;
+    bool unanswered = false;
+    char diag[BF_DIAG_MAX];
+    bf_err err = bf__watch_report(w->e, w->id, &rows, &unanswered, diag, sizeof diag);
+    if (err != BF_OK) { /* the watch never stops the backfill by failing: the next check */
+        bf__log(w->e, BF_LOG_WARN, "%s: could not read its old-writer watch: %s", w->id,
+                w->e->diag);
+        return BF_OK;
+    }
+    if (!w->e->watch_block || !unanswered)
+        return BF_OK;
+    *blocked = true;
+    if ((err = bf__watch_answered(w->e, w->id)) != BF_OK)
+        return err;
+    return worker_fail(w, BF_ERR_PREREQUISITE, diag, "old_writer", info);
+}
+
 static bf_err step_running(bf_worker *w, bf_step_info *info)
 {
     bool blocked = false;
     bf_err err = step_prerequisite(w, info, &blocked);
     if (err != BF_OK || blocked)
+        return err;
+    if ((err = step_watch(w, info, false, &blocked)) != BF_OK || blocked)
         return err;
     bf_throttle *t = w->e->throttle;
     bf_throttle_config cfg;
@@ -961,6 +999,9 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         }
     }
     if (done.batches == 0) { /* no admitted work remains after the checkpoint */
+        /* what the watch saw before the batches ended, whatever the last check's age */
+        if ((err = step_watch(w, info, true, &blocked)) != BF_OK || blocked)
+            return err;
         err = worker_enter_validating(w);
         if (err != BF_OK)
             return step_failed(w, err, "", info);
@@ -1031,13 +1072,30 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
     }
     bf_err cause =
         run.verdict == BF_ERR_PREREQUISITE ? BF_ERR_PREREQUISITE : BF_ERR_VALIDATION_FAILED;
+    /* rows the watchdog attributed to an old writer: the repair is not at fault, the rollout
+     * prerequisite is unmet, so blocked with who wrote them instead of failed */
+    char watched[BF_DIAG_MAX] = "";
+    const char *why = bf__error_class_name(cause);
+    if (cause == BF_ERR_VALIDATION_FAILED && bf__watch_mode(e, c->def) != BF_WATCH_OFF) {
+        int64_t rows = 0;
+        bool unanswered = false;
+        if (bf__watch_report(e, w->id, &rows, &unanswered, watched, sizeof watched) == BF_OK &&
+            rows > 0) {
+            char both[BF_DIAG_MAX];
+            bf__format(both, sizeof both, "validation failed on rows an old writer wrote: %s",
+                       watched);
+            bf__copy(run.detail, sizeof run.detail, both);
+            cause = BF_ERR_PREREQUISITE;
+            why = "old_writer";
+        }
+    }
     w->validation_failed = true; /* the row's latest validation, as an explicit one would be */
-    err = worker_fail(w, cause, run.detail, bf__error_class_name(cause), info);
+    err = worker_fail(w, cause, run.detail, why, info);
     w->validation_failed = false;
     if (err == BF_OK && info->step != BF_STEP_LOST) { /* the outcome was recorded */
         bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_VALIDATION_FAILED);
         rec.duration_us = pass_us;
-        rec.reason = bf__error_class_name(cause);
+        rec.reason = why;
         bf__log_event(e, &rec, "%s: validation failed: %s", w->id, run.detail);
     }
     return err;

@@ -57,6 +57,8 @@ struct bf_worker {
     char slow_value[64];
     char slow_written[64];
     int64_t slow_us;
+    /* the old-writer watchdog (watch.c): when this claim last read what it saw (monotonic us) */
+    int64_t watch_checked_us;
 };
 
 typedef struct loop_result {

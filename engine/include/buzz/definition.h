@@ -44,6 +44,22 @@ extern "C" {
 #define BF_META_MAX        200    /* bytes in each informational metadata field */
 #define BF_DIAG_MAX        512    /* bytes in any diagnostic, terminator included */
 
+/* The old-writer watchdog (docs/definitions.md "Old writers"): while a backfill runs, a row
+ * trigger the engine installs on the table counts rows written that break the postcondition, by
+ * writer (application_name, client address, role), never by value. */
+typedef enum bf_watch_mode {
+    BF_WATCH_DEFAULT = 0, /* the daemon-wide setting (bf_config.watch_writers) */
+    BF_WATCH_OFF = 1,
+    BF_WATCH_ON = 2,   /* AFTER INSERT OR UPDATE: count and attribute violating rows */
+    BF_WATCH_HEAL = 3, /* BEFORE: also apply the definition's own repair to such rows (a
+                          declarative definition whose SET list reads only the row itself) */
+} bf_watch_mode;
+
+/* "off", "on", "heal" ("default" for BF_WATCH_DEFAULT); NULL for an unknown value. */
+const char *bf_watch_mode_name(bf_watch_mode mode);
+/* Parse "off", "on" or "heal"; BF_ERR_INVALID_ARGUMENT otherwise. */
+bf_err bf_watch_mode_parse(const char *text, bf_watch_mode *out);
+
 /* Ordering key column types. Values are stored in their canonical PostgreSQL text form. */
 typedef enum bf_key_type {
     BF_KEY_BIGINT = 1,
@@ -113,6 +129,12 @@ typedef struct bf_definition {
 
     int validate_chunk; /* keys per validation chunk; 0 = 10 * batch_size, at most BF_BATCH_MAX */
     bf_retry_policy retry;
+
+    /* the old-writer watchdog while this backfill runs (0: the daemon-wide setting); needs a
+     * declarative definition or a postcondition. Appended last: a module built before it
+     * existed is read as BF_WATCH_DEFAULT only if its definitions are zero-padded, so rebuild
+     * modules against this header. */
+    bf_watch_mode watch_writers;
 } bf_definition;
 
 /*

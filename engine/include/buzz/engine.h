@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 9   /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 10  /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
@@ -104,7 +104,8 @@ typedef enum bf_log_level { BF_LOG_DEBUG, BF_LOG_INFO, BF_LOG_WARN, BF_LOG_ERROR
     X(SLOW_START, "slow.start") /* a step far slower than the recent median: reason says how */    \
     X(SLOW_END, "slow.end")     /* steps at the median's pace again; duration_us: how long */      \
     X(LISTENER_RESTARTED, "listener.restarted") /* a wedged listener was listened on again */      \
-    X(DEFINITION_JOINED, "definition.joined")   /* SIGHUP: a new definition file registered */
+    X(DEFINITION_JOINED, "definition.joined")   /* SIGHUP: a new definition file registered */     \
+    X(OLD_WRITER, "watch.old_writer") /* once per writer the watchdog attributed rows to */
 
 typedef enum bf_event {
 #define BF_EVENT_ENUM(name, code) BF_EV_##name,
@@ -163,6 +164,13 @@ typedef struct bf_config {
     struct bf_throttle *throttle; /* optional: health throttling and adaptive batch size, shared
                                      by the engines of a process (NULL: fixed batch size, no
                                      signals, no ceiling); must outlive the engine */
+    /* the old-writer watchdog (docs/definitions.md "Old writers"): the mode of definitions that
+     * leave watch_writers at BF_WATCH_DEFAULT (0: off; BF_WATCH_HEAL is per definition only),
+     * and whether a running backfill whose watch saw an old writer enters blocked */
+    bf_watch_mode watch_writers;
+    bool watch_block;
+    int watch_grace_s; /* 0: a completion removes its watch at once; else bf_watch_sweep() does,
+                          this many seconds after it */
 } bf_config;
 
 /*
@@ -243,6 +251,28 @@ typedef struct bf_validation_progress {
     int64_t rows_needing_repair;
 } bf_validation_progress;
 
+/*
+ * The old-writer watchdog of one backfill (docs/definitions.md "Old writers"): whether its
+ * trigger is installed, and what it counted: rows written since start that break the
+ * postcondition, over every writer, and the writer with the most of them. Writers are named by
+ * application_name, client address ("local" over a unix socket) and role; never by row value.
+ */
+#define BF_WRITER_TEXT_MAX 64
+typedef struct bf_old_writers {
+    bool watching;                 /* the trigger is installed */
+    char mode[8];                  /* "on", "heal"; "" when not watching */
+    int64_t rows;                  /* violating rows counted, every writer */
+    int64_t healed;                /* of those, repaired on write (heal) */
+    int64_t writers;               /* distinct writers (at most 32, then "(other writers)") */
+    int64_t first_seen, last_seen; /* microseconds since the epoch; 0 when rows == 0 */
+    /* the writer with the most rows */
+    char application[BF_WRITER_TEXT_MAX];
+    char address[BF_WRITER_TEXT_MAX];
+    char role[BF_WRITER_TEXT_MAX];
+    int64_t top_rows;
+    int64_t top_first_seen, top_last_seen;
+} bf_old_writers;
+
 typedef struct bf_backfill {
     char id[BF_ID_MAX + 1];
     bf_state state;
@@ -305,7 +335,8 @@ typedef struct bf_backfill {
     int64_t registered_at, updated_at;
     bool has_started_at, has_last_progress_at, has_completed_at;
     int64_t started_at, last_progress_at, completed_at;
-    int64_t now; /* PostgreSQL clock_timestamp() when read */
+    int64_t now;                /* PostgreSQL clock_timestamp() when read */
+    bf_old_writers old_writers; /* the watchdog (docs/definitions.md "Old writers") */
 } bf_backfill;
 
 bf_err bf_get(bf_engine *engine, const char *id, bf_backfill *out);
@@ -596,6 +627,17 @@ bf_err bf_worker_run(bf_worker *worker, bool until_idle);
 /* Ask bf_worker_run to stop at the end of its current step. Async-signal-safe. */
 void bf_worker_stop(bf_worker *worker);
 
+/* ---- the old-writer watchdog (docs/definitions.md "Old writers") ----------------------- */
+
+/* Remove id's watch trigger now (buzzctl watch off): the counts stay readable. Audited as
+ * action "watch_off". *removed_out: a trigger was installed. BF_ERR_NOT_FOUND for an unknown
+ * ID. */
+bf_err bf_watch_off(bf_engine *engine, const char *id, const bf_actor *who, bool *removed_out);
+
+/* Remove the triggers of completed backfills whose grace (grace_s seconds since completion)
+ * has passed, and of backfills that no longer exist. *removed_out: how many. */
+bf_err bf_watch_sweep(bf_engine *engine, int grace_s, int *removed_out);
+
 /* ---- aggregate statistics (metrics) ----------------------------------------------------- */
 
 #define BF_STATE_SLOTS 8 /* index = bf_state value; 0: required by this registry, no row yet */
@@ -609,6 +651,9 @@ typedef struct bf_stats {
     double stall_s[BF_STATE_SLOTS];    /* max over those rows of now - last_progress_at, s */
     int64_t batches_committed;         /* sums over every row */
     int64_t rows_committed;
+    int64_t old_writer_rows; /* rows the watchdog counted, over backfills not completed */
+    int64_t old_writers;     /* writers it attributed them to, likewise */
+    int64_t watches;         /* watch triggers installed */
 } bf_stats;
 
 /* One bounded aggregate statement (a scan of the backfill table, grouped by state; the

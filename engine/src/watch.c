@@ -1,0 +1,745 @@
+/*
+ * watch.c - the old-writer watchdog (docs/definitions.md "Old writers"): a row trigger the
+ * engine installs on a backfill's table at start and removes at completion, which counts rows
+ * written that break the postcondition by writer, and with heal repairs them as they are written.
+ *
+ * Design notes. The trigger's WHEN clause calls a per-definition SQL function of the row
+ * ("bfw_ok_<h>(t)": SELECT the postcondition IS TRUE) that PostgreSQL inlines into the clause,
+ * so a row that is fine costs one expression evaluation in the executor and no function call;
+ * only a violating row runs old_writer_seen() (migrate.c version 10), which upserts one counter
+ * row keyed by application_name, client address and role, as the engine's role. No key or value
+ * of the row is stored. <h> is 16 hex characters of a BLAKE2b digest of the stable ID, so the
+ * names are short identifiers whatever the ID.
+ *
+ * heal installs a BEFORE trigger instead, whose WHEN clause is the needs-repair predicate on
+ * NEW and whose function assigns the SET list's expressions, evaluated on the row as written
+ * (FROM (SELECT (NEW).*) AS t), to NEW's columns: the same repair a batch applies, to exactly
+ * the rows a batch would select. The backfill's own writes never match: a batch writes repaired
+ * rows. heal is refused for what it cannot serve exactly: callbacks, a SET list it cannot read
+ * as "column = expression" pairs, a subquery (reads other rows or tables), or a function that is
+ * volatile (or stable outside pg_catalog, which may read tables).
+ *
+ * The trigger is DDL on the relay's table: CREATE and DROP TRIGGER take a SHARE ROW EXCLUSIVE
+ * lock, briefly, under the engine's lock_timeout; start installs it in its own transaction and
+ * completion removes it after the completion committed, so a removal that cannot get its lock
+ * leaves the trigger for bf_watch_sweep() rather than failing a completion.
+ */
+#include <ctype.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "internal.h"
+#include "strbuf.h"
+
+#define WATCH_TAG "$bfw$" /* the dollar quote of the generated function bodies */
+
+static const char *const watch_names[] = {
+    [BF_WATCH_DEFAULT] = "default",
+    [BF_WATCH_OFF] = "off",
+    [BF_WATCH_ON] = "on",
+    [BF_WATCH_HEAL] = "heal",
+};
+
+const char *bf_watch_mode_name(bf_watch_mode mode)
+{
+    if ((int)mode < 0 || (size_t)mode >= BF_ARRAY_LEN(watch_names))
+        return NULL;
+    return watch_names[mode];
+}
+
+bf_err bf_watch_mode_parse(const char *text, bf_watch_mode *out)
+{
+    if (text == NULL || out == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    for (size_t i = BF_WATCH_OFF; i < BF_ARRAY_LEN(watch_names); i++)
+        if (strcmp(text, watch_names[i]) == 0) {
+            *out = (bf_watch_mode)i;
+            return BF_OK;
+        }
+    return BF_ERR_INVALID_ARGUMENT;
+}
+
+bf_watch_mode bf__watch_mode(const bf_engine *e, const bf_definition *d)
+{
+    if (d->watch_writers != BF_WATCH_DEFAULT)
+        return d->watch_writers;
+    return e->watch_writers == BF_WATCH_ON ? BF_WATCH_ON : BF_WATCH_OFF;
+}
+
+/* "0123456789abcdef": 8 bytes of BLAKE2b of the ID, in hex */
+static void watch_hash(const char *id, char out[17])
+{
+    unsigned char h[8];
+    crypto_generichash(h, sizeof h, (const unsigned char *)id, strlen(id), NULL, 0);
+    sodium_bin2hex(out, 17, h, sizeof h);
+}
+
+static void watch_add_table(bf_strbuf *sb, const char *table)
+{
+    const char *dot = strchr(table, '.');
+    if (dot == NULL)
+        bf__strbuf_addf(sb, "\"%s\"", table);
+    else
+        bf__strbuf_addf(sb, "\"%.*s\".\"%s\"", (int)(dot - table), table, dot + 1);
+}
+
+/* ---- reading a SET list (heal) ----------------------------------------------------------- */
+
+#define HEAL_MAX_COLUMNS 32
+
+typedef struct heal_item {
+    char column[64];
+    const char *expr; /* into the definition's text */
+    size_t expr_len;
+} heal_item;
+
+/* Length of the quoted string or identifier starting at s (quote q), or 0 when unterminated. */
+static size_t heal_quoted(const char *s, char q)
+{
+    size_t i = 1;
+    for (;;) {
+        if (s[i] == '\0')
+            return 0;
+        if (s[i] == q) {
+            if (s[i + 1] == q) {
+                i += 2;
+                continue;
+            }
+            return i + 1;
+        }
+        i++;
+    }
+}
+
+/* Does the fragment read other rows or tables (a subquery), or use what heal will not embed
+ * (dollar quotes, comments)? What it calls goes to names (identifiers followed by "("). */
+static const char *heal_scan(const char *s, char names[][64], int *nnames, int max)
+{
+    for (size_t i = 0; s[i] != '\0';) {
+        char ch = s[i];
+        if (ch == '\'' || ch == '"') {
+            size_t n = heal_quoted(s + i, ch);
+            if (n == 0)
+                return "an unterminated quote";
+            i += n;
+            continue;
+        }
+        if (ch == '$' || (ch == '-' && s[i + 1] == '-') || (ch == '/' && s[i + 1] == '*'))
+            return "a dollar quote or a comment";
+        if (isalpha((unsigned char)ch) || ch == '_') {
+            size_t j = i;
+            while (isalnum((unsigned char)s[j]) || s[j] == '_')
+                j++;
+            size_t len = j - i;
+            bool preceded_by_dot = i > 0 && s[i - 1] == '.';
+            if (!preceded_by_dot && len == 6 && strncasecmp(s + i, "select", 6) == 0)
+                return "a subquery, which reads other rows or tables";
+            size_t k = j;
+            while (s[k] == ' ' || s[k] == '\t' || s[k] == '\n')
+                k++;
+            if (s[k] == '(' && len < 64 && *nnames < max) {
+                for (size_t c = 0; c < len; c++)
+                    names[*nnames][c] = (char)tolower((unsigned char)s[i + c]);
+                names[*nnames][len] = '\0';
+                (*nnames)++;
+            }
+            i = j;
+            continue;
+        }
+        i++;
+    }
+    return NULL;
+}
+
+/* Split "a = expr, b = expr" at its top-level commas into items; a reason when it cannot. */
+static const char *heal_split(const char *set, heal_item *items, int *nitems)
+{
+    int n = 0;
+    size_t i = 0;
+    while (set[i] != '\0') {
+        while (isspace((unsigned char)set[i]))
+            i++;
+        if (n == HEAL_MAX_COLUMNS)
+            return "more columns than heal assigns";
+        heal_item *it = &items[n];
+        size_t len = 0;
+        if (set[i] == '"') {
+            size_t q = heal_quoted(set + i, '"');
+            if (q < 3 || q - 2 >= sizeof it->column || memchr(set + i + 1, '"', q - 2) != NULL)
+                return "a column name heal cannot read";
+            memcpy(it->column, set + i + 1, q - 2);
+            len = q - 2;
+            i += q;
+        } else {
+            while (isalnum((unsigned char)set[i]) || set[i] == '_') {
+                if (len + 1 >= sizeof it->column)
+                    return "a column name heal cannot read";
+                it->column[len++] = (char)tolower((unsigned char)set[i++]);
+            }
+        }
+        it->column[len] = '\0';
+        if (len == 0)
+            return "a SET item that is not \"column = expression\"";
+        while (isspace((unsigned char)set[i]))
+            i++;
+        if (set[i] != '=')
+            return "a SET item that is not \"column = expression\"";
+        i++;
+        size_t start = i;
+        int depth = 0;
+        while (set[i] != '\0' && !(depth == 0 && set[i] == ',')) {
+            if (set[i] == '\'' || set[i] == '"') {
+                size_t q = heal_quoted(set + i, set[i]);
+                if (q == 0)
+                    return "an unterminated quote";
+                i += q;
+                continue;
+            }
+            depth += set[i] == '(' ? 1 : set[i] == ')' ? -1 : 0;
+            i++;
+        }
+        it->expr = set + start;
+        it->expr_len = i - start;
+        n++;
+        if (set[i] == ',')
+            i++;
+    }
+    if (n == 0)
+        return "an empty SET list";
+    *nitems = n;
+    return NULL;
+}
+
+/* BF_OK when heal can serve d, else BF_ERR_DEFINITION with the reason in the diagnostic. */
+static bf_err heal_check(bf_engine *e, const bf_definition *d, heal_item *items, int *nitems)
+{
+    static const char refuse[] = "watch_writers = heal cannot serve %s: %s";
+    if (d->mutate != NULL || d->update_set == NULL || d->update_set[0] == '\0')
+        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id,
+                        "its mutation is a callback, not a SET list; use watch_writers = on");
+    if (d->needs_repair == NULL || d->needs_repair[0] == '\0')
+        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, "it has no needs_repair predicate");
+    char names[64][64];
+    int nnames = 0;
+    const char *why = heal_scan(d->update_set, names, &nnames, 64);
+    if (why == NULL)
+        why = heal_scan(d->needs_repair, names, &nnames, 64);
+    if (why == NULL)
+        why = heal_split(d->update_set, items, nitems);
+    if (why != NULL)
+        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, why);
+    if (nnames == 0)
+        return BF_OK;
+    bf_strbuf arr;
+    bf__strbuf_init(&arr);
+    bf__strbuf_add(&arr, "{");
+    for (int i = 0; i < nnames; i++)
+        bf__strbuf_addf(&arr, "%s\"%s\"", i ? "," : "", names[i]);
+    bf__strbuf_add(&arr, "}");
+    char *lit = bf__strbuf_take(&arr);
+    if (lit == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    const char *params[] = {lit};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "heal volatility",
+                          "SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
+                          " ON n.oid = p.pronamespace WHERE p.proname = ANY($1::text[])"
+                          " AND (p.provolatile = 'v'"
+                          "  OR (p.provolatile = 's' AND n.nspname <> 'pg_catalog'))"
+                          " ORDER BY 1 LIMIT 1",
+                          1, params);
+    free(lit);
+    if (err != BF_OK)
+        return err;
+    char fn[64] = "";
+    if (PQntuples(r) == 1)
+        bf__copy(fn, sizeof fn, bf__field(r, 0, 0));
+    PQclear(r);
+    if (fn[0] != '\0') {
+        char reason[128];
+        bf__format(reason, sizeof reason,
+                   "it calls %s(), which is volatile or may read other tables", fn);
+        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, reason);
+    }
+    return BF_OK;
+}
+
+/* ---- install ----------------------------------------------------------------------------- */
+
+/* Run sql under a savepoint: an error rolls back to it and is returned (logged by bf__exec). */
+static bf_err watch_try(bf_engine *e, const char *what, const char *sql)
+{
+    bf_err err = bf__exec0(e, "watch savepoint", "SAVEPOINT bf_watch", 0, NULL);
+    if (err != BF_OK)
+        return err;
+    err = bf__exec0(e, what, sql, 0, NULL);
+    if (err != BF_OK) {
+        (void)bf__exec0(e, "watch rollback", "ROLLBACK TO SAVEPOINT bf_watch", 0, NULL);
+        return err;
+    }
+    return bf__exec0(e, "watch release", "RELEASE SAVEPOINT bf_watch", 0, NULL);
+}
+
+/* CREATE the row predicate function name(t table) RETURNS boolean: inlinable when the
+ * fragment names its columns through t, else through a FROM (not inlined, still correct). */
+static bf_err watch_predicate(bf_engine *e, const bf_definition *d, const char *name,
+                              const char *pred, const char *test)
+{
+    for (int form = 0; form < 2; form++) {
+        bf_strbuf sb;
+        bf__strbuf_init(&sb);
+        bf__strbuf_addf(&sb, "CREATE OR REPLACE FUNCTION buzz_backfill.%s(%s ", name,
+                        form == 0 ? "t" : "");
+        watch_add_table(&sb, d->table);
+        bf__strbuf_addf(&sb,
+                        ") RETURNS boolean LANGUAGE sql STABLE AS " WATCH_TAG " SELECT (%s) %s",
+                        pred, test);
+        if (form == 1)
+            bf__strbuf_add(&sb, " FROM (SELECT ($1).*) AS t");
+        bf__strbuf_add(&sb, " " WATCH_TAG);
+        char *sql = bf__strbuf_take(&sb);
+        if (sql == NULL)
+            return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+        bf_err err = watch_try(e, "watch predicate", sql);
+        free(sql);
+        if (err == BF_OK || form == 1)
+            return err;
+    }
+    return BF_ERR_INTERNAL; /* not reached */
+}
+
+static bf_err watch_heal_function(bf_engine *e, const char *name, const heal_item *items, int n)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb,
+                    "CREATE OR REPLACE FUNCTION buzz_backfill.%s() RETURNS trigger"
+                    " LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS " WATCH_TAG
+                    " BEGIN SELECT ",
+                    name);
+    for (int i = 0; i < n; i++)
+        bf__strbuf_addf(&sb, "%s(%.*s)", i ? ", " : "", (int)items[i].expr_len, items[i].expr);
+    bf__strbuf_add(&sb, " INTO ");
+    for (int i = 0; i < n; i++)
+        bf__strbuf_addf(&sb, "%sNEW.\"%s\"", i ? ", " : "", items[i].column);
+    bf__strbuf_add(&sb, " FROM (SELECT (NEW).*) AS t;"
+                        " PERFORM buzz_backfill.old_writer_count(TG_ARGV[0], true);"
+                        " RETURN NEW; END " WATCH_TAG);
+    char *sql = bf__strbuf_take(&sb);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    bf_err err = watch_try(e, "watch heal function", sql);
+    free(sql);
+    return err;
+}
+
+bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
+{
+    const bf_definition *d = c->def;
+    bf_watch_mode mode = bf__watch_mode(e, d);
+    if (mode != BF_WATCH_ON && mode != BF_WATCH_HEAL)
+        return BF_OK;
+    bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
+    bool has_needs = d->mutate == NULL && d->needs_repair != NULL && d->needs_repair[0] != '\0';
+    if (!has_post && !has_needs) {
+        if (d->watch_writers == BF_WATCH_DEFAULT) {
+            bf__log(e, BF_LOG_INFO, "%s: not watched for old writers: no postcondition", d->id);
+            return BF_OK;
+        }
+        return bf__diag(e, BF_ERR_DEFINITION,
+                        "watch_writers needs a postcondition: %s declares none", d->id);
+    }
+    if ((has_post && strstr(d->postcondition, WATCH_TAG) != NULL) ||
+        (d->needs_repair != NULL && strstr(d->needs_repair, WATCH_TAG) != NULL) ||
+        (d->update_set != NULL && strstr(d->update_set, WATCH_TAG) != NULL))
+        return bf__diag(e, BF_ERR_DEFINITION, "watch_writers cannot embed %s: it contains %s",
+                        d->id, WATCH_TAG);
+    heal_item items[HEAL_MAX_COLUMNS];
+    int nitems = 0;
+    bf_err err;
+    if (mode == BF_WATCH_HEAL && (err = heal_check(e, d, items, &nitems)) != BF_OK)
+        return err;
+    char h[17], trigger[32], fn_pred[32], fn_heal[32];
+    watch_hash(d->id, h);
+    bf__format(trigger, sizeof trigger, "buzz_watch_%s", h);
+    bf__format(fn_pred, sizeof fn_pred, "bfw_%s_%s", mode == BF_WATCH_HEAL ? "nr" : "ok", h);
+    bf__format(fn_heal, sizeof fn_heal, "bfw_heal_%s", h);
+    char lock[64];
+    bf__format(lock, sizeof lock, "SET LOCAL lock_timeout = %d", e->lock_timeout_ms);
+    if ((err = bf__exec0(e, "watch lock timeout", lock, 0, NULL)) != BF_OK)
+        return err;
+    if (mode == BF_WATCH_HEAL)
+        err = watch_predicate(e, d, fn_pred, d->needs_repair, "IS TRUE");
+    else if (has_post)
+        err = watch_predicate(e, d, fn_pred, d->postcondition, "IS TRUE");
+    else
+        err = watch_predicate(e, d, fn_pred, d->needs_repair, "IS NOT TRUE");
+    if (err == BF_OK && mode == BF_WATCH_HEAL)
+        err = watch_heal_function(e, fn_heal, items, nitems);
+    if (err != BF_OK)
+        return bf__diag(e, err == BF_ERR_NOMEM ? err : BF_ERR_DEFINITION,
+                        "could not install the old-writer watch of %s (see the log)", d->id);
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb, "CREATE TRIGGER %s %s INSERT OR UPDATE ON ", trigger,
+                    mode == BF_WATCH_HEAL ? "BEFORE" : "AFTER");
+    watch_add_table(&sb, d->table);
+    if (mode == BF_WATCH_HEAL)
+        bf__strbuf_addf(&sb,
+                        " FOR EACH ROW WHEN (buzz_backfill.%s(NEW))"
+                        " EXECUTE FUNCTION buzz_backfill.%s('%s')",
+                        fn_pred, fn_heal, d->id);
+    else
+        bf__strbuf_addf(&sb,
+                        " FOR EACH ROW WHEN (NOT buzz_backfill.%s(NEW))"
+                        " EXECUTE FUNCTION buzz_backfill.old_writer_seen('%s')",
+                        fn_pred, d->id);
+    char *sql = bf__strbuf_take(&sb);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    err = bf__exec0(e, "watch trigger", sql, 0, NULL);
+    free(sql);
+    if (err != BF_OK)
+        return err;
+    bf_strbuf tb;
+    bf__strbuf_init(&tb);
+    watch_add_table(&tb, d->table);
+    char *table = bf__strbuf_take(&tb);
+    char fns[80];
+    if (mode == BF_WATCH_HEAL)
+        bf__format(fns, sizeof fns, "{%s,%s}", fn_pred, fn_heal);
+    else
+        bf__format(fns, sizeof fns, "{%s}", fn_pred);
+    const char *params[] = {d->id, table, trigger, fns, bf_watch_mode_name(mode)};
+    err = table == NULL ? bf__diag(e, BF_ERR_NOMEM, "out of memory")
+                        : bf__exec0(e, "record watch",
+                                    "INSERT INTO buzz_backfill.watch (backfill_id, table_name,"
+                                    " trigger_name, functions, mode, installed_at)"
+                                    " VALUES ($1, $2, $3, $4::text[], $5, clock_timestamp())"
+                                    " ON CONFLICT (backfill_id) DO UPDATE SET"
+                                    " table_name = $2, trigger_name = $3, functions = $4::text[],"
+                                    " mode = $5, installed_at = clock_timestamp(),"
+                                    " removed_at = NULL, blocked_through = NULL",
+                                    5, params);
+    free(table);
+    return err;
+}
+
+/* ---- remove ------------------------------------------------------------------------------ */
+
+/* In the caller's transaction: drop what the watch row of id names; *removed: it was there. */
+static bf_err watch_drop(bf_engine *e, const char *id, bool *removed)
+{
+    *removed = false;
+    const char *params[] = {id};
+    PGresult *r = NULL;
+    bf_err err = bf__exec(e, &r, "read watch",
+                          "SELECT table_name, trigger_name, array_to_string(functions, ' ')"
+                          " FROM buzz_backfill.watch WHERE backfill_id = $1"
+                          " AND removed_at IS NULL FOR UPDATE",
+                          1, params);
+    if (err != BF_OK)
+        return err;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return BF_OK;
+    }
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb, "SET LOCAL lock_timeout = %d; DROP TRIGGER IF EXISTS \"%s\" ON %s;",
+                    e->lock_timeout_ms, bf__field(r, 0, 1), bf__field(r, 0, 0));
+    char fns[80];
+    bf__copy(fns, sizeof fns, bf__field(r, 0, 2));
+    PQclear(r);
+    for (char *save = NULL, *f = strtok_r(fns, " ", &save); f != NULL;
+         f = strtok_r(NULL, " ", &save))
+        bf__strbuf_addf(&sb, " DROP FUNCTION IF EXISTS buzz_backfill.\"%s\";", f);
+    bf__strbuf_add(&sb, " UPDATE buzz_backfill.watch SET removed_at = clock_timestamp()"
+                        " WHERE backfill_id = ");
+    char *sql = bf__strbuf_take(&sb);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    /* the ID is a valid stable ID ([a-z0-9_.-]): safe inside a literal */
+    bf_strbuf full;
+    bf__strbuf_init(&full);
+    bf__strbuf_addf(&full, "%s'%s'", sql, id);
+    free(sql);
+    sql = bf__strbuf_take(&full);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    PGresult *x = PQexec(e->conn, sql);
+    free(sql);
+    if (PQresultStatus(x) != PGRES_COMMAND_OK)
+        err = bf__pg_error(e, x, "remove watch");
+    PQclear(x);
+    if (err == BF_OK)
+        *removed = true;
+    return err;
+}
+
+bf_err bf__watch_remove(bf_engine *e, const char *id, bool *removed)
+{
+    bool dummy;
+    if (removed == NULL)
+        removed = &dummy;
+    *removed = false;
+    if (!bf_id_valid(id))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    bool was = false;
+    err = watch_drop(e, id, &was);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        bf__log(e, BF_LOG_WARN, "%s: could not remove its old-writer watch yet (the sweep will)",
+                id);
+        return err;
+    }
+    *removed = was;
+    if (was)
+        bf__log(e, BF_LOG_INFO, "%s: old-writer watch removed", id);
+    return BF_OK;
+}
+
+bf_err bf_watch_off(bf_engine *e, const char *id, const bf_actor *who, bool *removed_out)
+{
+    if (e == NULL || !bf_id_valid(id))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    bf_backfill row;
+    bool removed = false;
+    err = bf__get_row(e, id, true, &row);
+    if (err == BF_OK)
+        err = watch_drop(e, id, &removed);
+    if (err == BF_OK) {
+        bf_audit_record rec = {.backfill_id = id,
+                               .action = "watch_off",
+                               .who = who,
+                               .prior = row.state,
+                               .result = row.state,
+                               .has_generation = true,
+                               .generation = row.generation,
+                               .outcome = removed ? "old-writer watch removed"
+                                                  : "no old-writer watch was installed"};
+        err = bf__audit(e, &rec);
+    }
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        bf__rollback(e);
+        return err;
+    }
+    if (removed_out != NULL)
+        *removed_out = removed;
+    return BF_OK;
+}
+
+bf_err bf_watch_sweep(bf_engine *e, int grace_s, int *removed_out)
+{
+    if (e == NULL || grace_s < 0)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    char grace[16];
+    bf__format(grace, sizeof grace, "%d", grace_s);
+    const char *params[] = {grace};
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "watches to sweep",
+                   "SELECT w.backfill_id FROM buzz_backfill.watch w"
+                   " LEFT JOIN buzz_backfill.backfill b ON b.id = w.backfill_id"
+                   " WHERE w.removed_at IS NULL AND (b.id IS NULL OR (b.state = 'completed'"
+                   "  AND b.completed_at + $1::integer * interval '1 s' <= clock_timestamp()))"
+                   " ORDER BY 1 LIMIT 100",
+                   1, params);
+    if (err != BF_OK)
+        return err;
+    int removed = 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        bool was = false;
+        if (bf__watch_remove(e, bf__field(r, i, 0), &was) == BF_OK && was)
+            removed++;
+    }
+    PQclear(r);
+    if (removed_out != NULL)
+        *removed_out = removed;
+    return BF_OK;
+}
+
+/* ---- what it saw ------------------------------------------------------------------------- */
+
+/* "14:02:05" of microseconds since the epoch, UTC */
+static void watch_clock(char *buf, size_t cap, int64_t us)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL)
+        bf__copy(buf, cap, "?");
+    else
+        bf__format(buf, cap, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+void bf__old_writers_from_result(const PGresult *r, int row, int col, bf_old_writers *out)
+{
+    int c = col;
+    memset(out, 0, sizeof *out);
+    out->watching = bf__field_bool(r, row, c++);
+    bf__copy(out->mode, sizeof out->mode, bf__field(r, row, c++));
+    out->rows = bf__field_i64(r, row, c++);
+    out->healed = bf__field_i64(r, row, c++);
+    out->writers = bf__field_i64(r, row, c++);
+    out->first_seen = bf__field_i64(r, row, c++);
+    out->last_seen = bf__field_i64(r, row, c++);
+    bf__audit_text(out->application, sizeof out->application, bf__field(r, row, c++));
+    bf__audit_text(out->address, sizeof out->address, bf__field(r, row, c++));
+    bf__audit_text(out->role, sizeof out->role, bf__field(r, row, c++));
+    out->top_rows = bf__field_i64(r, row, c++);
+    out->top_first_seen = bf__field_i64(r, row, c++);
+    out->top_last_seen = bf__field_i64(r, row, c++);
+}
+
+/* "old writer: 37 rows since 14:02:05 from application relay-1.3 at 10.0.0.7 (role relay), last
+ * 14:05:10" of one writer, texts already sanitised */
+static void watch_describe(char *buf, size_t cap, int64_t rows, int64_t first, int64_t last,
+                           const char *app, const char *addr, const char *role)
+{
+    char f[16], l[16];
+    watch_clock(f, sizeof f, first);
+    watch_clock(l, sizeof l, last);
+    bf__format(buf, cap,
+               "old writer: %lld row%s since %s UTC from application %s%s%s at %s (role %s),"
+               " last %s",
+               (long long)rows, rows == 1 ? "" : "s", f, app[0] ? "\"" : "",
+               app[0] ? app : "(none)", app[0] ? "\"" : "", addr[0] ? addr : "(other)",
+               role[0] ? role : "(other)", l);
+}
+
+bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *unanswered_out,
+                        char *diag, size_t cap)
+{
+    diag[0] = '\0';
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    const char *params[] = {id};
+    PGresult *r = NULL;
+    /* writers not reported yet: one log record and one audit row each, once (the UPDATE marks
+     * them in the same transaction as the audit rows) */
+    err = bf__exec(e, &r, "new old writers",
+                   "UPDATE buzz_backfill.old_writer SET reported = true"
+                   " WHERE backfill_id = $1 AND NOT reported RETURNING application_name,"
+                   " client_addr, role_name, rows,"
+                   " (extract(epoch FROM first_seen) * 1000000)::bigint,"
+                   " (extract(epoch FROM last_seen) * 1000000)::bigint",
+                   1, params);
+    int n = err == BF_OK ? PQntuples(r) : 0;
+    for (int i = 0; err == BF_OK && i < n; i++) {
+        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
+        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
+        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
+        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
+        char what[BF_DIAG_MAX];
+        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
+                       bf__field_i64(r, i, 5), app, addr, role);
+        bf_audit_record rec = {.backfill_id = id,
+                               .action = "old_writer",
+                               .who = &(bf_actor){.actor = e->owner, .authority = "engine"},
+                               .outcome = what};
+        err = bf__audit(e, &rec);
+    }
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        PQclear(r);
+        bf__rollback(e);
+        return err;
+    }
+    for (int i = 0; i < n; i++) {
+        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
+        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
+        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
+        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
+        char what[BF_DIAG_MAX];
+        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
+                       bf__field_i64(r, i, 5), app, addr, role);
+        bf_log_record rec = BF_LOG_RECORD_INIT;
+        rec.level = BF_LOG_WARN;
+        rec.event = BF_EV_OLD_WRITER;
+        rec.id = id;
+        rec.rows = (long)bf__field_i64(r, i, 3);
+        rec.reason = "old_writer";
+        bf__log_event(e, &rec,
+                      "%s: %s; drain that writer, then start a new repair under a new"
+                      " stable ID",
+                      id, what);
+    }
+    PQclear(r);
+    err = bf__exec(e, &r, "old writers",
+                   "SELECT coalesce(sum(o.rows), 0)::bigint, count(*),"
+                   " coalesce(bool_or(o.last_seen > coalesce(w.blocked_through, '-infinity')),"
+                   "  false)"
+                   " FROM buzz_backfill.old_writer o"
+                   " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = o.backfill_id"
+                   " WHERE o.backfill_id = $1",
+                   1, params);
+    if (err != BF_OK)
+        return err;
+    int64_t rows = bf__field_i64(r, 0, 0);
+    int64_t writers = bf__field_i64(r, 0, 1);
+    bool unanswered = bf__field_bool(r, 0, 2);
+    PQclear(r);
+    if (rows > 0) {
+        err = bf__exec(e, &r, "top old writer",
+                       "SELECT application_name, client_addr, role_name, rows,"
+                       " (extract(epoch FROM first_seen) * 1000000)::bigint,"
+                       " (extract(epoch FROM last_seen) * 1000000)::bigint"
+                       " FROM buzz_backfill.old_writer WHERE backfill_id = $1"
+                       " ORDER BY rows DESC, first_seen LIMIT 1",
+                       1, params);
+        if (err != BF_OK)
+            return err;
+        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
+        bf__audit_text(app, sizeof app, bf__field(r, 0, 0));
+        bf__audit_text(addr, sizeof addr, bf__field(r, 0, 1));
+        bf__audit_text(role, sizeof role, bf__field(r, 0, 2));
+        char what[BF_DIAG_MAX];
+        watch_describe(what, sizeof what, bf__field_i64(r, 0, 3), bf__field_i64(r, 0, 4),
+                       bf__field_i64(r, 0, 5), app, addr, role);
+        PQclear(r);
+        char more[48] = "";
+        if (writers > 1)
+            bf__format(more, sizeof more, " (%lld writers, %lld rows in all)", (long long)writers,
+                       (long long)rows);
+        bf__format(diag, cap,
+                   "%s%s; drain that writer, then start a new repair under a new stable ID", what,
+                   more);
+    }
+    *rows_out = rows;
+    *unanswered_out = unanswered;
+    return BF_OK;
+}
+
+bf_err bf__watch_answered(bf_engine *e, const char *id)
+{
+    const char *params[] = {id};
+    return bf__exec0(e, "answer old writers",
+                     "UPDATE buzz_backfill.watch w SET blocked_through = (SELECT max(last_seen)"
+                     " FROM buzz_backfill.old_writer o WHERE o.backfill_id = $1)"
+                     " WHERE w.backfill_id = $1",
+                     1, params);
+}

@@ -1,0 +1,372 @@
+/*
+ * test_old_writer.c - the old-writer watchdog (issue 28, docs/definitions.md "Old writers")
+ * through the engine API against real PostgreSQL. Writers are plain libpq sessions, each with
+ * its own application_name, writing between worker steps (the steps order them; no sleeps):
+ *
+ *   - two_writers: while the backfill runs, relay-2.0 writes the new shape (5 inserts, 3
+ *     updates) and relay-1.3 the old one (7 inserts above the bound, 4 updates of rows the
+ *     batches have not reached, all with the marker value 987654). bf_get attributes exactly 11
+ *     rows to relay-1.3 (its address and role), never relay-2.0; one watch.old_writer record
+ *     and one audit row name it; the marker appears in none of them; the backfill completes and
+ *     its trigger and functions are gone;
+ *   - validation: relay-1.3 undoes 3 repaired rows after the batches: validation fails on them
+ *     and the backfill enters blocked, naming the writer, instead of failed;
+ *   - block: with watch_block, the first step after an old write enters blocked with the
+ *     writer's name; retried without new old writes it goes on, one more old write blocks it
+ *     again;
+ *   - heal: relay-1.3's rows arrive repaired (counted as healed), validation succeeds and every
+ *     row is right; heal is refused at start, the row left pending, for a callback, a subquery
+ *     and a volatile function.
+ *
+ * Guards proved (each seen failing with it removed):
+ *   - worker.c step_validating's watch attribution (cause = BF_ERR_PREREQUISITE): without it
+ *     "validation" sees BF_STEP_FAILED;
+ *   - worker.c step_watch's block (worker_fail with "old_writer"): without it "block" sees
+ *     BF_STEP_BATCH;
+ *   - worker.c worker_complete's bf__watch_remove: without it "two_writers" finds the trigger.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bt.h"
+
+#define ROWS   300
+#define MARKER "987654"
+
+static bf_err count_mutate(bf_txn *txn, void *arg)
+{
+    (void)arg;
+    return bf_txn_exec(txn,
+                       "UPDATE public.ow_cb t SET fixed = t.val * 2 FROM bf_batch b"
+                       " WHERE t.id = b.id AND t.fixed IS NULL",
+                       0, NULL, NULL);
+}
+
+#define ITEMS_DEF(name, tbl, mode)                                                                 \
+    static const bf_definition name = {                                                            \
+        .id = "ow." #name "_v1",                                                                   \
+        .table = tbl,                                                                              \
+        .key = {{"id", BF_KEY_BIGINT}},                                                            \
+        .nkey = 1,                                                                                 \
+        .batch_size = 100,                                                                         \
+        .needs_repair = "t.fixed IS NULL",                                                         \
+        .update_set = "fixed = t.val * 2",                                                         \
+        .postcondition = "t.fixed = t.val * 2",                                                    \
+        .watch_writers = mode,                                                                     \
+    }
+
+ITEMS_DEF(watched, "public.ow_watched", BF_WATCH_ON);
+ITEMS_DEF(validated, "public.ow_validated", BF_WATCH_ON);
+ITEMS_DEF(blocking, "public.ow_blocking", BF_WATCH_ON);
+ITEMS_DEF(healed, "public.ow_healed", BF_WATCH_HEAL);
+
+static const bf_definition heal_subquery = {
+    .id = "ow.heal_subquery_v1",
+    .table = "public.ow_refused",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = (SELECT max(val) FROM public.ow_refused)",
+    .watch_writers = BF_WATCH_HEAL,
+};
+static const bf_definition heal_volatile = {
+    .id = "ow.heal_volatile_v1",
+    .table = "public.ow_refused",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = (random() * 10)::integer",
+    .watch_writers = BF_WATCH_HEAL,
+};
+static const bf_definition heal_callback = {
+    .id = "ow.heal_callback_v1",
+    .table = "public.ow_cb",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .mutate = count_mutate,
+    .postcondition = "t.fixed = t.val * 2",
+    .watch_writers = BF_WATCH_HEAL,
+};
+
+static PGconn *conn;
+static bf_registry *reg;
+
+/* the engine's log: watch.old_writer records and every message, for the marker check */
+static int old_writer_events;
+static char log_text[65536];
+static size_t log_len;
+
+static void capture(void *arg, const bf_log_record *rec)
+{
+    (void)arg;
+    if (rec->event == BF_EV_OLD_WRITER)
+        old_writer_events++;
+    size_t n = strlen(rec->msg);
+    if (log_len + n + 2 < sizeof log_text) {
+        memcpy(log_text + log_len, rec->msg, n);
+        log_len += n;
+        log_text[log_len++] = '\n';
+        log_text[log_len] = '\0';
+    }
+}
+
+static bf_engine *engine(bool block)
+{
+    bf_config cfg = {.conninfo = bt_db_conninfo(),
+                     .owner = "ow-worker",
+                     .lease_ms = 30000,
+                     .step_batches = 1,
+                     .log = capture,
+                     .watch_block = block};
+    bf_engine *e = NULL;
+    assert_int_equal(bf_engine_open(&e, &cfg, reg), BF_OK);
+    assert_int_equal(bf_migrate(e), BF_OK);
+    assert_int_equal(bf_register_all(e), BF_OK);
+    return e;
+}
+
+static PGconn *writer(const char *application)
+{
+    PGconn *c = bt_connect();
+    bt_exec(c, "SET application_name = '%s'", application);
+    return c;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    bt_db_create("old_writer");
+    conn = bt_connect();
+    bt_make_items(conn, "public.ow_watched", ROWS);
+    bt_make_items(conn, "public.ow_validated", ROWS);
+    bt_make_items(conn, "public.ow_blocking", ROWS);
+    bt_make_items(conn, "public.ow_healed", ROWS);
+    bt_make_items(conn, "public.ow_refused", ROWS);
+    bt_make_items(conn, "public.ow_cb", ROWS);
+    const bf_definition *defs[] = {&watched,       &validated,     &blocking,     &healed,
+                                   &heal_subquery, &heal_volatile, &heal_callback};
+    reg = bt_registry(defs, sizeof defs / sizeof defs[0]);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    PQfinish(conn);
+    bt_db_drop_registry(reg);
+    return 0;
+}
+
+static long long triggers(const char *table)
+{
+    return bt_int(conn,
+                  "SELECT count(*) FROM pg_trigger WHERE tgrelid = '%s'::regclass"
+                  " AND NOT tgisinternal",
+                  table);
+}
+
+static void test_two_writers(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    old_writer_events = 0;
+    log_len = 0;
+    assert_int_equal(bt_act(e, BF_ACTION_START, watched.id), BF_OK);
+    assert_int_equal(triggers("public.ow_watched"), 1);
+    bf_worker *w = bt_claimed_worker(e, watched.id);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK); /* ids 1..100 repaired */
+    assert_int_equal(info.step, BF_STEP_BATCH);
+
+    PGconn *fresh = writer("relay-2.0");
+    PGconn *old = writer("relay-1.3");
+    bt_exec(fresh, "INSERT INTO public.ow_watched (id, val, fixed)"
+                   " SELECT g, 7, 14 FROM generate_series(2001, 2005) g");
+    bt_exec(fresh, "UPDATE public.ow_watched SET val = 8, fixed = 16 WHERE id IN (10, 20, 30)");
+    bt_exec(old, "INSERT INTO public.ow_watched (id, val)"
+                 " SELECT g, " MARKER " FROM generate_series(1001, 1007) g");
+    bt_exec(old, "UPDATE public.ow_watched SET val = " MARKER ", fixed = NULL"
+                 " WHERE id BETWEEN 250 AND 253");
+
+    bf_backfill row = bt_get(e, watched.id);
+    const bf_old_writers *ow = &row.old_writers;
+    assert_true(ow->watching);
+    assert_string_equal(ow->mode, "on");
+    assert_int_equal(ow->rows, 11);
+    assert_int_equal(ow->writers, 1);
+    assert_int_equal(ow->healed, 0);
+    assert_string_equal(ow->application, "relay-1.3");
+    char *role = bt_text(conn, "SELECT session_user");
+    char *addr = bt_text(conn, "SELECT coalesce(host(inet_client_addr()), 'local')");
+    assert_string_equal(ow->role, role);
+    assert_string_equal(ow->address, addr);
+    assert_int_equal(ow->top_rows, 11);
+    assert_true(ow->first_seen > 0 && ow->last_seen >= ow->first_seen);
+
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_COMPLETED);
+    row = bt_get(e, watched.id);
+    assert_int_equal(row.state, BF_STATE_COMPLETED);
+    assert_false(ow->watching); /* removed with the completion */
+    assert_int_equal(ow->rows, 11);
+    assert_int_equal(triggers("public.ow_watched"), 0);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'bfw\\_%%'"), 0);
+
+    /* once per writer: one record, one audit row, naming relay-1.3 and never relay-2.0 */
+    assert_int_equal(old_writer_events, 1);
+    assert_non_null(strstr(log_text, "relay-1.3"));
+    assert_null(strstr(log_text, "relay-2.0"));
+    assert_null(strstr(log_text, MARKER));
+    assert_int_equal(bt_int(conn,
+                            "SELECT count(*) FROM buzz_backfill.audit"
+                            " WHERE backfill_id = '%s' AND action = 'old_writer'"
+                            " AND outcome LIKE '%%relay-1.3%%'",
+                            watched.id),
+                     1);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM buzz_backfill.audit"
+                                  " WHERE outcome LIKE '%%" MARKER "%%'"
+                                  " OR outcome LIKE '%%relay-2.0%%'"),
+                     0);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM buzz_backfill.old_writer"
+                                  " WHERE application_name = 'relay-2.0'"),
+                     0);
+    assert_null(strstr(row.error_detail, MARKER));
+    free(role);
+    free(addr);
+    PQfinish(fresh);
+    PQfinish(old);
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+static void test_validation(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    assert_int_equal(bt_act(e, BF_ACTION_START, validated.id), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, validated.id);
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    PGconn *old = writer("relay-1.3");
+    bt_exec(old, "UPDATE public.ow_validated SET fixed = NULL WHERE id IN (5, 6, 7)");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    printf("validation: %s: %s\n", bf_step_name(info.step), info.detail);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    bf_backfill row = bt_get(e, validated.id);
+    assert_int_equal(row.state, BF_STATE_BLOCKED);
+    assert_non_null(strstr(row.error_detail, "old writer: 3 rows"));
+    assert_non_null(strstr(row.error_detail, "relay-1.3"));
+    assert_non_null(strstr(row.error_detail, "new stable ID"));
+    assert_int_equal(row.old_writers.rows, 3);
+    PQfinish(old);
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+static void test_block(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(true);
+    assert_int_equal(bt_act(e, BF_ACTION_START, blocking.id), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, blocking.id);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    PGconn *old = writer("relay-1.3");
+    bt_exec(old, "INSERT INTO public.ow_blocking (id, val) VALUES (5001, 1)");
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    printf("block: %s: %s\n", bf_step_name(info.step), info.detail);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    bf_backfill row = bt_get(e, blocking.id);
+    assert_int_equal(row.state, BF_STATE_BLOCKED);
+    assert_non_null(strstr(row.error_detail, "old writer: 1 row since"));
+    assert_non_null(strstr(row.error_detail, "relay-1.3"));
+    bf_worker_free(w);
+
+    /* the operator drained it and retries: the rows already answered do not block again */
+    assert_int_equal(bt_act(e, BF_ACTION_RETRY, blocking.id), BF_OK);
+    w = bt_claimed_worker(e, blocking.id);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BATCH);
+    bf_worker_free(w);
+    /* it was not drained after all: the next old write blocks it again */
+    bt_exec(old, "INSERT INTO public.ow_blocking (id, val) VALUES (5002, 1)");
+    w = bt_claimed_worker(e, blocking.id);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_BLOCKED);
+    PQfinish(old);
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
+static void test_heal(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    assert_int_equal(bt_act(e, BF_ACTION_START, healed.id), BF_OK);
+    bf_worker *w = bt_claimed_worker(e, healed.id);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    PGconn *old = writer("relay-1.3");
+    bt_exec(old, "INSERT INTO public.ow_healed (id, val) SELECT g, 21 FROM"
+                 " generate_series(1001, 1004) g");
+    bt_exec(old, "UPDATE public.ow_healed SET val = 5, fixed = NULL WHERE id IN (1, 2, 250)");
+    /* arrived repaired, under the old writer's name */
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM public.ow_healed WHERE id IN"
+                                  " (1, 2, 250, 1001, 1002, 1003, 1004) AND fixed = val * 2"),
+                     7);
+    bf_backfill row = bt_get(e, healed.id);
+    assert_string_equal(row.old_writers.mode, "heal");
+    assert_int_equal(row.old_writers.rows, 7);
+    assert_int_equal(row.old_writers.healed, 7);
+    assert_string_equal(row.old_writers.application, "relay-1.3");
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_COMPLETED);
+    /* the batches' own writes were never counted: still the old writer's 7 */
+    row = bt_get(e, healed.id);
+    assert_int_equal(row.old_writers.rows, 7);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM public.ow_healed"
+                                  " WHERE fixed IS DISTINCT FROM val * 2"),
+                     0);
+    assert_int_equal(triggers("public.ow_healed"), 0);
+    PQfinish(old);
+    bf_worker_free(w);
+
+    /* what heal cannot serve is refused at start, the row left pending */
+    const bf_definition *refused[] = {&heal_subquery, &heal_volatile, &heal_callback};
+    const char *why[] = {"subquery", "random()", "callback"};
+    for (size_t i = 0; i < 3; i++) {
+        bf_action_result res;
+        assert_int_equal(bf_action_apply(e, BF_ACTION_START, refused[i]->id, NULL, &res),
+                         BF_ERR_DEFINITION);
+        printf("refused: %s\n", bf_engine_diag(e));
+        assert_non_null(strstr(bf_engine_diag(e), "watch_writers = heal cannot serve"));
+        assert_non_null(strstr(bf_engine_diag(e), why[i]));
+        assert_int_equal(bt_get(e, refused[i]->id).state, BF_STATE_PENDING);
+    }
+    assert_int_equal(triggers("public.ow_refused"), 0);
+    assert_int_equal(triggers("public.ow_cb"), 0);
+    bf_engine_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_writers),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_block),
+        cmocka_unit_test(test_heal),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
