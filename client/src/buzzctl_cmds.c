@@ -61,7 +61,10 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *
     printf("checkpoint:  %s\n", v->checkpoint);
     printf("bound:       %s\n", v->bound);
     printf("generation:  %s\n", v->generation);
-    printf("claim:       %s\n", v->claim);
+    if (v->waiting_worker) /* running, yet nobody works on it */
+        printf("claim:       %s: %s\n", v->claim, v->waiting);
+    else
+        printf("claim:       %s\n", v->claim);
     printf("retry:       %s\n", v->retry);
     printf("error:       %s\n", v->error);
     printf("batch:       %s\n", v->batch);
@@ -345,6 +348,8 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
                    v.claim);
         } else
             printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
+        if (v.waiting_worker)
+            printf("  (%s)", v.waiting);
         putchar('\n');
     }
     for (size_t i = 0; i < shown->n; i++) {

@@ -184,9 +184,9 @@ static void dash_send(ctl *c, bfc_dash_model *m)
                  st.message[0] ? st.message : bfc_code_name(st.code), detail ? ": " : "",
                  detail ? st.detail : "");
         bfc_printable(safe, sizeof safe, reason);
-        snprintf(line, sizeof line, "%s %s refused: %s; now %s (request id %s)", name,
-                 m->confirm_id, safe,
-                 b != NULL && b->has_state ? bfc_state_name((int)b->state) : "unknown",
+        snprintf(line, sizeof line, "%s %s refused, now %s: %s (request id %s)", name,
+                 m->confirm_id,
+                 b != NULL && b->has_state ? bfc_state_name((int)b->state) : "unknown", safe,
                  st.request_id);
     } else {
         bfc_fetch_error fe;

@@ -200,6 +200,17 @@ struct json_object *ctl_json_message(const ProtobufCMessage *msg)
             json_object_object_add(obj, key, json_value(f, base + f->offset));
         }
     }
+    if (d == &buzz__backfill__v1__backfill__descriptor) {
+        /* derived by the client (projection.c): running with no live claim holder and no
+         * retry back-off; present for a running backfill only */
+        const Buzz__Backfill__V1__Backfill *b = (const Buzz__Backfill__V1__Backfill *)msg;
+        if (b->has_state && b->state == BUZZ__BACKFILL__V1__STATE__RUNNING) {
+            bfc_view v;
+            bfc_project(b, &v);
+            json_object_object_add(obj, "waitingForWorker",
+                                   json_object_new_boolean(v.waiting_worker));
+        }
+    }
     return obj;
 }
 

@@ -217,7 +217,11 @@ static void dash_row_update(bfc_dash_row *r, const Buzz__Backfill__V1__Backfill 
     }
     r->has_rate =
         running && bfc_rate_window(&r->rate, r->samples, r->n_samples, BFC_DASH_RATE_WINDOW);
-    if (r->has_rate)
+    if (r->v.waiting_worker) /* nobody works on it: no rate to speak of, and no ETA */
+        r->has_rate = false;
+    if (r->v.waiting_worker)
+        snprintf(r->rate_text, sizeof r->rate_text, "waiting");
+    else if (r->has_rate)
         dash_rate_text(r->rate_text, sizeof r->rate_text, r->rate);
     else
         snprintf(r->rate_text, sizeof r->rate_text, "%s", running ? "unknown" : "-");

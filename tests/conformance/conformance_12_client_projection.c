@@ -118,6 +118,16 @@ static void fixture_init(fixture *f, const char *id, Buzz__Backfill__V1__State s
     f->t.observed_at_us = T0;
 }
 
+/* A worker holds it: a valid claim with 10 s left. */
+static void fixture_claim(fixture *f)
+{
+    f->b.claim = &f->c;
+    f->c.owner = "host:1:w1";
+    f->c.has_valid = f->c.valid = true;
+    f->c.has_expires_at_us = true;
+    f->c.expires_at_us = T0 + 10000000;
+}
+
 static void fixture_progress(fixture *f, int64_t covered, int64_t estimate)
 {
     f->b.progress = &f->p;
@@ -275,6 +285,7 @@ static void test_rate_excludes_paused_time(void **state)
     fixture f;
     fixture_init(&f, "demo.items_v1", ST(RUNNING));
     fixture_progress(&f, 0, 100000);
+    fixture_claim(&f);
     apply_one(&f, T0);
     assert_false(model.rows[0].has_rate);
     want(screen(24, 80), "unknown");
@@ -302,6 +313,38 @@ static void test_rate_excludes_paused_time(void **state)
     double r = -1;
     assert_false(bfc_rate_window(&r, smp, 3, BFC_DASH_RATE_WINDOW));
     assert_true(r < 0); /* not written */
+}
+
+/* A running backfill that no worker holds (no claim, or an expired one) and that waits for no
+ * retry is "waiting for a worker": under its row, in its RATE cell, never a rate of 0/s even
+ * after two reads without progress; with a valid claim it is not. Guard: project_waiting() in
+ * projection.c and the waiting branch of dash_row_update(). */
+static void test_waiting_for_a_worker(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, "demo.items_v1", ST(RUNNING));
+    fixture_progress(&f, 50, 1000);
+    apply_one(&f, T0);
+    f.t.observed_at_us = T0 + 2000000;
+    apply_one(&f, f.t.observed_at_us);
+    const char *s = screen(24, 80);
+    want(s, "    waiting for a worker | retry - | error -");
+    want_not(s, "0/s");
+    assert_false(model.rows[0].has_rate);
+    assert_true(model.rows[0].v.waiting_worker);
+    /* an expired claim: still nobody works on it */
+    fixture_claim(&f);
+    f.c.valid = false;
+    apply_one(&f, f.t.observed_at_us + 1000000);
+    want(screen(24, 80), "waiting for a worker (claim expired)");
+    /* a live holder: its claim, not waiting */
+    f.c.valid = true;
+    f.c.expires_at_us = T0 + 60000000;
+    apply_one(&f, f.t.observed_at_us + 2000000);
+    s = screen(24, 80);
+    want(s, "claim host:1:w1");
+    want_not(s, "waiting for a worker");
 }
 
 /* A failed refresh keeps the last data on screen, marked STALE with its age and the typed
@@ -663,6 +706,7 @@ int main(void)
         cmocka_unit_test_setup(test_gating_ids_and_states, setup),
         cmocka_unit_test_setup(test_progress_bar_only_when_computable, setup),
         cmocka_unit_test_setup(test_rate_excludes_paused_time, setup),
+        cmocka_unit_test_setup(test_waiting_for_a_worker, setup),
         cmocka_unit_test_setup(test_failed_refresh_keeps_data_marked_stale, setup),
         cmocka_unit_test_setup(test_claim_validity_unknown, setup),
         cmocka_unit_test_setup(test_last_error_names_its_constraint, setup),

@@ -8,6 +8,8 @@
  *
  *   BUZZ_TEST_DEFINITIONS  comma-separated set names (below); unset or empty: none
  *   BUZZ_TEST_REVISION     informational revision metadata of every definition (default "r1")
+ *   BUZZ_TEST_MANY         a count N (1..100000): N more definitions "dash.many.00001_v1" ...
+ *                          over public.dash_many (test_dash: a dashboard of 10,000 backfills)
  *
  * so one module file serves as "the same definitions module" for two processes and as "a
  * module lacking the definition" for a third. Every definition is declarative; tests make the
@@ -16,6 +18,7 @@
  * waits while the test holds that advisory lock. The mutation counts its applications in
  * `counter`, so a row repaired twice (a stale owner's commit) is visible.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,12 +186,12 @@ static const td_set td_sets[] = {
     {"logs", {&logs_items}},
 };
 
-static const bf_definition *td_selected[TD_MAX_SELECTED];
+static const bf_definition *td_fixed[TD_MAX_SELECTED];
 
 __attribute__((visibility("default"))) bf_module buzz_backfill_module = {
     .abi = BF_MODULE_ABI,
     .name = "buzz-test-definitions",
-    .definitions = td_selected,
+    .definitions = td_fixed,
     .count = 0,
 };
 
@@ -198,12 +201,50 @@ static void td_select(const char *name, size_t len, const char *revision)
         if (strlen(td_sets[i].name) != len || strncmp(td_sets[i].name, name, len) != 0)
             continue;
         for (size_t j = 0; j < 6 && td_sets[i].defs[j] != NULL; j++) {
-            if (buzz_backfill_module.count == TD_MAX_SELECTED)
+            if (buzz_backfill_module.count >= TD_MAX_SELECTED)
                 return;
             td_sets[i].defs[j]->revision = revision;
-            td_selected[buzz_backfill_module.count++] = td_sets[i].defs[j];
+            td_fixed[buzz_backfill_module.count++] = td_sets[i].defs[j];
         }
     }
+}
+
+/* BUZZ_TEST_MANY: n generated definitions after the selected ones (they live as long as the
+ * process: the module is never unloaded). */
+static void td_many(long n, const char *revision)
+{
+    if (n < 1 || n > 100000)
+        return;
+    size_t have = buzz_backfill_module.count;
+    const bf_definition **all = calloc(have + (size_t)n, sizeof *all);
+    bf_definition *defs = calloc((size_t)n, sizeof *defs);
+    char *ids = calloc((size_t)n, 32);
+    if (all == NULL || defs == NULL || ids == NULL) {
+        free(all), free(defs), free(ids);
+        return;
+    }
+    memcpy(all, td_fixed, have * sizeof *all);
+    for (long i = 0; i < n; i++) {
+        char *id = ids + i * 32;
+        snprintf(id, 32, "dash.many.%05ld_v1", i + 1);
+        defs[i] = (bf_definition){
+            .id = id,
+            .description = "test definition: one of many",
+            .owner = "buzz tests",
+            .revision = revision,
+            .table = "public.dash_many",
+            .key = {{"id", BF_KEY_BIGINT}},
+            .nkey = 1,
+            .batch_size = 50,
+            .needs_repair = TD_NEEDS,
+            .update_set = TD_SET,
+            .postcondition = TD_POST,
+            .retry = {.max_attempts = 2, .base_ms = 50, .cap_ms = 200},
+        };
+        all[have + (size_t)i] = &defs[i];
+    }
+    buzz_backfill_module.definitions = all;
+    buzz_backfill_module.count = have + (size_t)n;
 }
 
 /* Runs when the daemon dlopen()s the module, before it reads buzz_backfill_module. */
@@ -213,13 +254,14 @@ __attribute__((constructor)) static void td_init(void)
     const char *revision = getenv("BUZZ_TEST_REVISION");
     if (revision == NULL || revision[0] == '\0')
         revision = "r1";
-    if (list == NULL)
-        return;
-    while (*list != '\0') {
+    while (list != NULL && *list != '\0') {
         size_t len = strcspn(list, ",");
         td_select(list, len, revision);
         list += len;
         if (*list == ',')
             list++;
     }
+    const char *many = getenv("BUZZ_TEST_MANY");
+    if (many != NULL && many[0] != '\0')
+        td_many(strtol(many, NULL, 10), revision);
 }
