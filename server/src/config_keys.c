@@ -132,6 +132,17 @@ const key_def config_keys[SRV_CONFIG_KEYS] = {
     {"daemon_max_rows_per_second", KT_INT, "0", 0, 100000000, "N",
      "Keys per second this process passes over all definitions (0: no ceiling).",
      F(daemon_max_rows_per_second), NOCOUNT},
+    {"watch_writers", KT_BOOL, "off", 0, 0, "on|off",
+     "Old-writer watchdog of every definition that does not set its own: a row trigger counts "
+     "rows written that break the postcondition while a backfill runs, by writer.",
+     F(watch_writers), NOCOUNT},
+    {"watch_block", KT_BOOL, "off", 0, 0, "on|off",
+     "A running backfill whose watch sees new old-shape writes enters blocked, naming the "
+     "writer.",
+     F(watch_block), NOCOUNT},
+    {"watch_grace_s", KT_INT, "0", 0, 604800, "SECONDS",
+     "A completed backfill keeps its watch trigger this long (0: removed at completion).",
+     F(watch_grace_s), NOCOUNT},
 };
 
 /* A key that may also be set per definition: one of the throttle settings. */

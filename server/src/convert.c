@@ -264,6 +264,35 @@ static void convert_validation_progress(srv_backfill_msg *m, const bf_backfill *
     m->backfill.validation_progress = p;
 }
 
+/* The old-writer watchdog; absent when the backfill was never watched. */
+static void convert_old_writers(srv_backfill_msg *m, const bf_backfill *row)
+{
+    const bf_old_writers *ow = &row->old_writers;
+    if (ow->mode[0] == '\0')
+        return;
+    Buzz__Backfill__V1__OldWriters *o = &m->old_writers;
+    buzz__backfill__v1__old_writers__init(o);
+    o->has_watching = o->has_rows = o->has_healed = o->has_writers = true;
+    o->watching = ow->watching;
+    o->mode = (char *)ow->mode;
+    o->rows = ow->rows;
+    o->healed = ow->healed;
+    o->writers = ow->writers;
+    if (ow->rows > 0) {
+        o->has_first_seen_us = o->has_last_seen_us = true;
+        o->first_seen_us = ow->first_seen;
+        o->last_seen_us = ow->last_seen;
+        o->application = (char *)ow->application;
+        o->address = (char *)ow->address;
+        o->role = (char *)ow->role;
+        o->has_top_rows = o->has_top_first_seen_us = o->has_top_last_seen_us = true;
+        o->top_rows = ow->top_rows;
+        o->top_first_seen_us = ow->top_first_seen;
+        o->top_last_seen_us = ow->top_last_seen;
+    }
+    m->backfill.old_writers = o;
+}
+
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating)
 {
     memset(m, 0, sizeof *m);
@@ -291,4 +320,5 @@ void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gat
     convert_throttle(m, row);
     convert_slow(m, row);
     convert_validation_progress(m, row);
+    convert_old_writers(m, row);
 }

@@ -59,6 +59,7 @@ enum {
     DF_INVARIANT_MESSAGE,
     DF_VALIDATE,
     DF_VALIDATE_MESSAGE,
+    DF_WATCH_WRITERS,
     DF_NFIELDS
 };
 
@@ -90,6 +91,7 @@ static const deffile_field deffile_fields[DF_NFIELDS] = {
     [DF_INVARIANT_MESSAGE] = {"invariant_message", DK_META, 0, 0},
     [DF_VALIDATE] = {"validate", DK_STRING, 0, 0},
     [DF_VALIDATE_MESSAGE] = {"validate_message", DK_META, 0, 0},
+    [DF_WATCH_WRITERS] = {"watch_writers", DK_STRING, 0, 0},
 };
 
 struct srv_deffile {
@@ -322,6 +324,10 @@ static bf_err deffile_set(srv_deffile *f, int k, char *value, int line, char *di
         break;
     case DF_REQUIRED:
         f->def.required = b;
+        break;
+    case DF_WATCH_WRITERS:
+        if (bf_watch_mode_parse(value, &f->def.watch_writers) != BF_OK)
+            return deffile_fail(diag, cap, f->path, line, name, "must be off, on or heal");
         break;
     default:
         break;

@@ -567,6 +567,18 @@ static void metrics_render_scrape(metrics_buf *b, srv_metrics *m, const srv_metr
                  "Sum over every backfill row of the rows its batches changed (PostgreSQL's "
                  "count).");
     metrics_printf(b, "buzz_backfill_stored_rows_changed %lld\n", (long long)st->rows_committed);
+    /* the old-writer watchdog: no labels (an ID, an address or an application name is no
+     * label); the operator finds the backfill and the writer with buzzctl list --wide / get */
+    metrics_head(b, "old_writer_rows", "gauge",
+                 "Rows written since start that break the postcondition, counted by the "
+                 "old-writer watchdog, over backfills not completed.");
+    metrics_printf(b, "buzz_backfill_old_writer_rows %lld\n", (long long)st->old_writer_rows);
+    metrics_head(b, "old_writers", "gauge",
+                 "Writers the old-writer watchdog attributed such rows to, over backfills not "
+                 "completed.");
+    metrics_printf(b, "buzz_backfill_old_writers %lld\n", (long long)st->old_writers);
+    metrics_head(b, "watches", "gauge", "Old-writer watch triggers installed.");
+    metrics_printf(b, "buzz_backfill_watches %lld\n", (long long)st->watches);
 }
 
 static void metrics_render_events(metrics_buf *b, srv_metrics *m)

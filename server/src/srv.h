@@ -325,6 +325,7 @@ typedef struct srv_backfill_msg {
     Buzz__Backfill__V1__Throttle throttle;
     Buzz__Backfill__V1__Slow slow;
     Buzz__Backfill__V1__ValidationProgress validation_progress;
+    Buzz__Backfill__V1__OldWriters old_writers;
 } srv_backfill_msg;
 
 void srv_backfill_msg_init(srv_backfill_msg *m, const bf_backfill *row, bool gating);

@@ -266,6 +266,9 @@ void srv_context_init(srv_context *ctx, const srv_config *cfg, const bf_registry
         .step_ms = cfg->step_ms,
         .step_batches = cfg->step_batches,
         .log = srv_log_sink,
+        .watch_writers = cfg->watch_writers ? BF_WATCH_ON : BF_WATCH_OFF,
+        .watch_block = cfg->watch_block,
+        .watch_grace_s = cfg->watch_grace_s,
     };
     atomic_init(&ctx->shutting_down, false);
     /* half the transport threads may hold a readiness wait; the rest stay free for the rest */
@@ -593,6 +596,11 @@ static void startup_prune_loop(srv_startup *s, bf_engine *e)
         else if (deleted > 0)
             srv_log(BF_LOG_INFO, "pruned %ld request record%s older than %d s", deleted,
                     deleted == 1 ? "" : "s", retention);
+        /* old-writer watches of completed backfills past their grace (or that completion could
+         * not remove) */
+        int swept = 0;
+        if (bf_watch_sweep(e, s->cfg->watch_grace_s, &swept) != BF_OK)
+            srv_log(BF_LOG_WARN, "old-writer watch sweep: %s", bf_engine_diag(e));
     } while (startup_pause(s, (int)interval));
 }
 
