@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "strbuf.h"
 
 static bf_validation_outcome outcome_parse(const char *s)
 {
@@ -241,6 +242,131 @@ bf_err bf_register(bf_engine *e, const bf_definition *def)
                     "backfill %s was registered by a materially different definition (table,"
                     " key or SQL differ): a changed definition needs a new stable ID",
                     def->id);
+}
+
+/* Append s to a text[] literal as one quoted element ("..." with " and \ escaped). */
+static void register_element(bf_strbuf *sb, bool first, const char *s)
+{
+    bf__strbuf_add(sb, first ? "\"" : ",\"");
+    while (*s != '\0') {
+        size_t run = strcspn(s, "\"\\");
+        if (run > 0)
+            bf__strbuf_addf(sb, "%.*s", (int)run, s);
+        s += run;
+        if (*s != '\0') {
+            bf__strbuf_addf(sb, "\\%c", *s);
+            s++;
+        }
+    }
+    bf__strbuf_add(sb, "\"");
+}
+
+#define REGISTER_COLUMNS  8
+#define BF_REGISTER_CHUNK 1000 /* definitions per statement */
+
+/* The upsert of bf_register() for a set of rows: one array parameter per column, unnested; the
+ * IDs written come back in byte order (COLLATE "C", strcmp's) to be merged with the input. */
+static const char register_many_sql[] =
+    "WITH written AS (INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
+    " description, owner_meta, revision, definition_digest)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::boolean[], $5::text[],"
+    " $6::text[], $7::text[], $8::text[])"
+    " ON CONFLICT (id) DO UPDATE SET batch_size = EXCLUDED.batch_size,"
+    " required = EXCLUDED.required, description = EXCLUDED.description,"
+    " owner_meta = EXCLUDED.owner_meta, revision = EXCLUDED.revision,"
+    " definition_digest = coalesce(b.definition_digest, EXCLUDED.definition_digest),"
+    " updated_at = clock_timestamp()"
+    " WHERE b.key_types = EXCLUDED.key_types AND (b.definition_digest IS NULL"
+    " OR b.definition_digest = EXCLUDED.definition_digest)"
+    " RETURNING b.id)"
+    " SELECT id FROM written ORDER BY id COLLATE \"C\"";
+
+typedef struct register_order {
+    const char *id;
+    size_t i;
+} register_order;
+
+static int register_order_cmp(const void *a, const void *b)
+{
+    return strcmp(((const register_order *)a)->id, ((const register_order *)b)->id);
+}
+
+/* Register defs[0..n) (checked to be the registry's) in one statement; errs[i] is BF_OK for a
+ * row written, BF_ERR_INCOMPATIBLE for one the fences left alone. */
+static bf_err register_chunk(bf_engine *e, const bf_definition *const *defs, size_t n, bf_err *errs)
+{
+    bf_strbuf col[REGISTER_COLUMNS];
+    for (int k = 0; k < REGISTER_COLUMNS; k++) {
+        bf__strbuf_init(&col[k]);
+        bf__strbuf_add(&col[k], "{");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const bf_definition *d = defs[i];
+        const bf_compiled *c = bf__registry_compiled(e->reg, d->id, NULL);
+        char batch[16];
+        bf__format(batch, sizeof batch, "%d", d->batch_size);
+        const char *v[REGISTER_COLUMNS] = {
+            d->id,
+            c->key_types,
+            batch,
+            d->required ? "true" : "false",
+            d->description ? d->description : "",
+            d->owner ? d->owner : "",
+            d->revision ? d->revision : "",
+            c->digest,
+        };
+        for (int k = 0; k < REGISTER_COLUMNS; k++)
+            register_element(&col[k], i == 0, v[k]);
+    }
+    char *params[REGISTER_COLUMNS];
+    register_order *order = malloc(n * sizeof *order);
+    bool nomem = order == NULL;
+    for (int k = 0; k < REGISTER_COLUMNS; k++) {
+        bf__strbuf_add(&col[k], "}");
+        params[k] = bf__strbuf_take(&col[k]);
+        nomem = nomem || params[k] == NULL;
+    }
+    PGresult *r = NULL;
+    bf_err err = nomem ? BF_ERR_NOMEM
+                       : bf__exec(e, &r, "register definitions", register_many_sql,
+                                  REGISTER_COLUMNS, (const char *const *)params);
+    for (int k = 0; k < REGISTER_COLUMNS; k++)
+        free(params[k]);
+    if (err != BF_OK) {
+        free(order);
+        return err;
+    }
+    /* a row not returned was left alone by the fences: merge the sorted IDs */
+    for (size_t i = 0; i < n; i++)
+        order[i] = (register_order){defs[i]->id, i};
+    qsort(order, n, sizeof *order, register_order_cmp);
+    int rows = PQntuples(r), j = 0;
+    for (size_t k = 0; k < n; k++) {
+        while (j < rows && strcmp(bf__field(r, j, 0), order[k].id) < 0)
+            j++;
+        bool written = j < rows && strcmp(bf__field(r, j, 0), order[k].id) == 0;
+        errs[order[k].i] = written ? BF_OK : BF_ERR_INCOMPATIBLE;
+    }
+    PQclear(r);
+    free(order);
+    return BF_OK;
+}
+
+bf_err bf_register_many(bf_engine *e, const bf_definition *const *defs, size_t n, bf_err *errs)
+{
+    if (e == NULL || (n > 0 && (defs == NULL || errs == NULL)))
+        return BF_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++) {
+        const bf_compiled *c = defs[i] ? bf__registry_compiled(e->reg, defs[i]->id, NULL) : NULL;
+        if (c == NULL || c->def != defs[i])
+            return bf__diag(e, BF_ERR_INVALID_ARGUMENT, "definition is not in this registry");
+    }
+    bf_err err = n > 0 ? bf__ensure_conn(e) : BF_OK;
+    for (size_t at = 0; err == BF_OK && at < n; at += BF_REGISTER_CHUNK) {
+        size_t m = n - at < BF_REGISTER_CHUNK ? n - at : BF_REGISTER_CHUNK;
+        err = register_chunk(e, defs + at, m, errs + at);
+    }
+    return err;
 }
 
 bf_err bf_register_all(bf_engine *e)

@@ -828,21 +828,25 @@ bf_err srv_defdir_register(srv_defdir *d, bf_registry *reg, char *diag, size_t d
     if (d == NULL || reg == NULL)
         return BF_ERR_INVALID_ARGUMENT;
     d->reg = reg;
-    for (size_t i = 0; i < d->n; i++) {
+    bf_registry_batch_begin(reg); /* the ID lists are rebuilt once, for all the files */
+    bf_err err = BF_OK;
+    for (size_t i = 0; err == BF_OK && i < d->n; i++) {
         const srv_deffile *f = d->files[i];
-        const srv_deffile *first = defdir_find(d, f->def.id, i);
-        if (first != NULL || bf_registry_find(reg, f->def.id) != NULL)
-            return deffile_fail(diag, diag_len, f->path, f->line[DF_ID], "id",
-                                "stable ID %s is already defined by %s", f->def.id,
-                                first ? first->path : "a definitions module");
-        char why[BF_DIAG_MAX] = "";
-        bf_err err = bf_registry_add(reg, &f->def, why, sizeof why);
-        if (err != BF_OK) {
-            snprintf(diag, diag_len, "%s: %s", f->path, why[0] ? why : bf_err_str(err));
-            return err;
+        if (bf_registry_find(reg, f->def.id) != NULL) { /* O(1); the file it names: only now */
+            const srv_deffile *first = defdir_find(d, f->def.id, i);
+            err = deffile_fail(diag, diag_len, f->path, f->line[DF_ID], "id",
+                               "stable ID %s is already defined by %s", f->def.id,
+                               first ? first->path : "a definitions module");
+            break;
         }
+        char why[BF_DIAG_MAX] = "";
+        if ((err = bf_registry_add(reg, &f->def, why, sizeof why)) != BF_OK)
+            snprintf(diag, diag_len, "%s: %s", f->path, why[0] ? why : bf_err_str(err));
     }
-    return BF_OK;
+    bf_err end = bf_registry_batch_end(reg);
+    if (err == BF_OK && end != BF_OK)
+        snprintf(diag, diag_len, "could not list the definitions: %s", bf_err_str(end));
+    return err != BF_OK ? err : end;
 }
 
 size_t srv_defdir_count(const srv_defdir *d)
@@ -908,6 +912,8 @@ static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_co
     bf_engine *e = NULL;
     bf_err err = bf_registry_new(&stage);
     size_t staged = 0;
+    if (stage != NULL)
+        bf_registry_batch_begin(stage); /* its ID lists: once, below */
     for (size_t i = 0; i < n; i++) {
         char why[BF_DIAG_MAX] = "";
         if (err == BF_OK && engine_cfg == NULL) {
@@ -926,16 +932,32 @@ static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_co
         fresh[i] = NULL;
         refused++;
     }
-    if (staged > 0) {
+    if (stage != NULL && bf_registry_batch_end(stage) != BF_OK && err == BF_OK)
+        err = BF_ERR_NOMEM;
+    if (staged > 0 && err == BF_OK) {
         bf_config cfg = *engine_cfg;
         err = bf_engine_open(&e, &cfg, stage);
     }
-    for (size_t i = 0; i < n; i++) {
+    /* every staged file registered in a few statements; errs[k] for the k-th staged one */
+    const bf_definition **defs = staged ? calloc(staged, sizeof *defs) : NULL;
+    bf_err *errs = staged ? calloc(staged, sizeof *errs) : NULL;
+    if (err == BF_OK && staged > 0 && (defs == NULL || errs == NULL))
+        err = BF_ERR_NOMEM;
+    for (size_t i = 0, k = 0; err == BF_OK && i < n; i++)
+        if (fresh[i] != NULL)
+            defs[k++] = &fresh[i]->def;
+    if (err == BF_OK && staged > 0)
+        err = bf_register_many(e, defs, staged, errs);
+    bf_registry_batch_begin(d->reg); /* the live ID lists: rebuilt once, for all that join */
+    for (size_t i = 0, k = 0; i < n; i++) {
         srv_deffile *f = fresh[i];
         if (f == NULL)
             continue;
         char why[BF_DIAG_MAX] = "";
-        bf_err rerr = err != BF_OK ? err : bf_register(e, &f->def);
+        bf_err rerr = err != BF_OK ? err : errs[k];
+        k++;
+        if (rerr != BF_OK && err == BF_OK) /* refused by the fences: bf_register says why */
+            rerr = bf_register(e, &f->def);
         if (rerr != BF_OK) {
             snprintf(why, sizeof why, "could not register it: %s: %s", bf_err_str(rerr),
                      e != NULL ? bf_engine_diag(e) : "could not reach the database");
@@ -957,6 +979,12 @@ static int defdir_join(srv_defdir *d, srv_deffile **fresh, size_t n, const bf_co
         defdir_refuse(f, why);
         refused++;
     }
+    if (d->reg != NULL && bf_registry_batch_end(d->reg) != BF_OK)
+        srv_log_event(BF_LOG_ERROR, BF_EV_CONFIG_RELOAD_FAILED,
+                      "SIGHUP: out of memory listing the definitions that joined: workers do not "
+                      "claim them until the next SIGHUP");
+    free(defs);
+    free(errs);
     bf_engine_close(e);
     bf_registry_free(stage); /* before the refused files: its entries point into them */
     for (size_t i = 0; i < n; i++)

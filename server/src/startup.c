@@ -457,28 +457,36 @@ static bool startup_schema(srv_startup *s, bf_engine *e)
     }
 }
 
-/* Register every definition (idempotent). A definition whose stored row it cannot interpret is
- * reported and left alone: workers never claim it (claims check the key types). */
+/* Register every definition (idempotent), all in a few statements (bf_register_many). A
+ * definition whose stored row it cannot interpret is reported (bf_register says why) and left
+ * alone: workers never claim it (claims check the key types). */
 static bool startup_register(srv_startup *s, bf_engine *e)
 {
     int backoff = STARTUP_BACKOFF_MIN_MS;
-    size_t i = 0, n = bf_registry_count(s->ctx->registry);
-    while (i < n) {
-        const bf_definition *d = bf_registry_at(s->ctx->registry, i);
-        bf_err err = bf_register(e, d);
-        if (err == BF_OK || err == BF_ERR_INCOMPATIBLE) {
-            if (err != BF_OK)
-                srv_log(BF_LOG_ERROR, "cannot register %s: %s; it will not run here", d->id,
-                        bf_engine_diag(e));
-            i++;
-            continue;
-        }
+    size_t n = bf_registry_count(s->ctx->registry);
+    const bf_definition **defs = calloc(n ? n : 1, sizeof *defs);
+    bf_err *errs = calloc(n ? n : 1, sizeof *errs);
+    for (size_t i = 0; defs != NULL && i < n; i++)
+        defs[i] = bf_registry_at(s->ctx->registry, i);
+    bf_err err;
+    while ((err = defs && errs ? bf_register_many(e, defs, n, errs) : BF_ERR_NOMEM) != BF_OK) {
         srv_log(BF_LOG_WARN, "registration: %s; retrying in %d ms", bf_err_str(err), backoff);
-        if (!startup_pause(s, backoff))
+        if (!startup_pause(s, backoff)) {
+            free(defs);
+            free(errs);
             return false;
+        }
         backoff = startup_next_backoff(backoff);
     }
+    for (size_t i = 0; i < n; i++) {
+        bf_err why = errs[i] == BF_OK ? BF_OK : bf_register(e, defs[i]); /* says why */
+        if (why != BF_OK)
+            srv_log(BF_LOG_ERROR, "cannot register %s: %s; it will not run here", defs[i]->id,
+                    bf_engine_diag(e));
+    }
     srv_log(BF_LOG_INFO, "registered %zu definition%s", n, n == 1 ? "" : "s");
+    free(defs);
+    free(errs);
     return true;
 }
 

@@ -355,6 +355,14 @@ bf_err bf_register(bf_engine *engine, const bf_definition *def);
 /* bf_register() for every definition in the engine's registry; stops at the first error. */
 bf_err bf_register_all(bf_engine *engine);
 
+/* bf_register() of n definitions of the engine's registry in a few statements (up to 1,000
+ * definitions each) rather than one round trip each: the same upsert and the same fences, per
+ * definition. On BF_OK errs[i] is BF_OK (written) or BF_ERR_INCOMPATIBLE (row untouched;
+ * bf_register() of that definition says why). Any other error leaves errs unspecified; the
+ * call may be repeated (it is idempotent). */
+bf_err bf_register_many(bf_engine *engine, const bf_definition *const *defs, size_t n,
+                        bf_err *errs);
+
 /* ---- the preflight ---------------------------------------------------------------------- */
 
 /* A table of at most this many rows (by the planner's estimate) needs no index on the key: a
