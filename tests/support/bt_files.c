@@ -67,7 +67,8 @@ static bool bt_files_str_eq(const char *a, const char *b)
 }
 
 /* The first member of bf_definition that differs between a (C) and b (the file), or NULL. Every
- * member but arg (the callbacks' private data) is compared. */
+ * member but arg (the callbacks' private data) is compared: a member added to bf_definition
+ * belongs here. */
 static const char *bt_files_field(const bf_definition *a, const bf_definition *b)
 {
     static const struct {
@@ -111,6 +112,8 @@ static const char *bt_files_field(const bf_definition *a, const bf_definition *b
         return "retry.base_ms";
     if (a->retry.cap_ms != b->retry.cap_ms)
         return "retry.cap_ms";
+    if (a->watch_writers != b->watch_writers)
+        return "watch_writers";
     return NULL;
 }
 
@@ -162,6 +165,8 @@ static char *bt_files_text_of(const bf_definition *def)
     bt_files_put_int(f, "retry.max_attempts", def->retry.max_attempts);
     bt_files_put_int(f, "retry.base_ms", def->retry.base_ms);
     bt_files_put_int(f, "retry.cap_ms", def->retry.cap_ms);
+    if (def->watch_writers != BF_WATCH_DEFAULT)
+        bt_files_put(f, "watch_writers", bf_watch_mode_name(def->watch_writers));
     if (def->mutate == bt_sql_mutate)
         for (const char *const *s = def->arg; s != NULL && *s != NULL; s++)
             bt_files_put(f, "mutate", *s);

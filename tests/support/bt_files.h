@@ -9,10 +9,10 @@
  * instead, after checking that it is the same definition: every field of bf_definition
  * compares equal (the table, the key's columns and types, the four SQL fragments and the
  * callback flags are what the engine's definition digest is made of, compile.c
- * definition_digest; the metadata, batch size, validation chunk, retry policy and required
- * are compared too), and the file's fields and mutate statements are those of a file written
- * from the C definition (srv_deffile_differs, the comparison SIGHUP uses). A drift between the
- * two fails the suite before it runs, naming the field.
+ * definition_digest; the metadata, batch size, validation chunk, retry policy, required and
+ * watch_writers are compared too), and the file's fields and mutate statements are those of a file
+ * written from the C definition (srv_deffile_differs, the comparison SIGHUP uses). A drift between
+ * the two fails the suite before it runs, naming the field.
  *
  * A C definition whose callbacks are C (anything but bt_sql_mutate: an injected fault, a
  * verdict chosen by the test, a diagnostic no file can state) stays C and must have no file;
