@@ -32,6 +32,12 @@ static void cmds_hint(FILE *f, const Buzz__Backfill__V1__Backfill *b, const char
 {
     if (!b->has_state)
         return;
+    if (b->old_writers != NULL && b->old_writers->has_rows && b->old_writers->rows > 0 &&
+        b->state != BUZZ__BACKFILL__V1__STATE__COMPLETED) {
+        fprintf(f, "hint: an old writer wrote rows in the old shape: drain that writer, then"
+                   " start a new repair under a new stable ID\n");
+        return;
+    }
     switch (b->state) {
     case BUZZ__BACKFILL__V1__STATE__BLOCKED:
         fprintf(f, "hint: blocked: fix the cause, then: buzzctl retry %s\n", id);
@@ -70,6 +76,8 @@ static void print_detail(const Buzz__Backfill__V1__Backfill *b, const bfc_view *
     printf("batch:       %s\n", v->batch);
     printf("throttled:   %s\n", v->throttle);
     printf("slow:        %s\n", v->slow);
+    if (strcmp(v->old_writers, "-") != 0) /* the old-writer watchdog: who, never what */
+        printf("old writer:  %s\n", v->old_writers);
     char by[BFC_CELL + 24] = "";
     const Buzz__Backfill__V1__ValidationProgress *vp = b->validation_progress;
     if (strcmp(v->validating, "-") != 0 && vp != NULL) { /* who runs it, and why */
@@ -314,7 +322,7 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
     }
     if (wide)
         printf("%-*s %-10s %-14s %-10s %-9s GEN    BATCH  THROTTLED    SLOW         VALIDATING    "
-               " CLAIM\n",
+               " OLD WRITER           CLAIM\n",
                id_w, "ID", "STATE", "PROGRESS", "RATE", "ETA");
     else
         printf("%-*s %-10s %-14s %-10s ETA\n", id_w, "ID", "STATE", "PROGRESS", "RATE");
@@ -343,9 +351,9 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
             snprintf(slow, sizeof slow, "%.*s", (int)strcspn(v.slow, ","), v.slow);
             char checking[40];
             cmds_short_validating(checking, sizeof checking, b);
-            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %-12s %-14s %s", id_w, v.id,
+            printf("%-*s %-10s %-14s %-10s %-9s %-6s %-6s %-12s %-12s %-14s %-20s %s", id_w, v.id,
                    v.state, prog, rate_s, eta, v.generation, batch, signal, slow, checking,
-                   v.claim);
+                   v.old_writers_short, v.claim);
         } else
             printf("%-*s %-10s %-14s %-10s %s", id_w, v.id, v.state, prog, rate_s, eta);
         if (v.waiting_worker)

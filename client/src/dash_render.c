@@ -319,6 +319,8 @@ static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
         if (r->v.waiting_worker)
             render_line(c, BFC_DASH_ALERT, "    %s | retry %s | error %s", r->v.waiting, r->v.retry,
                         r->v.error);
+        else if (r->v.has_old_writers)
+            render_line(c, BFC_DASH_ALERT, "    old writer: %s", r->v.old_writers);
         else if (strcmp(r->v.slow, "-") != 0)
             render_line(c, BFC_DASH_ALERT, "    claim %s | slow: %s", r->v.claim, r->v.slow);
         else if (strcmp(r->v.validating, "-") != 0)
@@ -363,6 +365,9 @@ static void render_detail(render_ctx *c, const bfc_dash_model *m)
     render_line(c, BFC_DASH_PLAIN, "  batch       %s   throttled %s", v->batch, v->throttle);
     render_line(c, strcmp(v->slow, "-") != 0 ? BFC_DASH_ALERT : BFC_DASH_PLAIN, "  slow        %s",
                 v->slow);
+    if (strcmp(v->old_writers, "-") != 0)
+        render_line(c, v->has_old_writers ? BFC_DASH_ALERT : BFC_DASH_PLAIN, "  old writer  %s",
+                    v->old_writers);
     render_line(c, BFC_DASH_PLAIN, "  validating  %s", v->validating);
     render_line(c, BFC_DASH_PLAIN, "  validation  %s at %s", v->validation, d->validation_time);
     if (d->validation_detail[0])

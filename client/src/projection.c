@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const state_names[] = {"unknown", "pending", "running",    "paused",
                                           "blocked", "failed",  "validating", "completed"};
@@ -264,6 +265,59 @@ static void project_waiting(const Buzz__Backfill__V1__Backfill *b, bfc_view *v, 
              c != NULL && c->owner != NULL ? " (claim expired)" : "");
 }
 
+/* "14:02" (UTC) of microseconds since the epoch */
+static void project_clock(char *buf, size_t cap, int64_t us)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL)
+        snprintf(buf, cap, "?");
+    else
+        snprintf(buf, cap, "%02d:%02d", tm.tm_hour, tm.tm_min);
+}
+
+/* Who wrote rows in the old shape while the backfill ran: names, never values. */
+static void project_old_writers(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
+{
+    const Buzz__Backfill__V1__OldWriters *o = b->old_writers;
+    snprintf(v->old_writers_short, sizeof v->old_writers_short, "-");
+    if (o == NULL) {
+        snprintf(v->old_writers, sizeof v->old_writers, "-");
+        return;
+    }
+    bool watching = o->has_watching && o->watching;
+    if (!o->has_rows || o->rows == 0) {
+        snprintf(v->old_writers, sizeof v->old_writers, "none (%s)",
+                 watching ? "watching" : "watch removed");
+        snprintf(v->old_writers_short, sizeof v->old_writers_short, "0");
+        return;
+    }
+    v->has_old_writers = true;
+    char app[64], addr[64], role[64], first[16] = "?", last[16] = "?", more[48] = "",
+                                      healed[40] = "";
+    bfc_printable(app, sizeof app, o->application ? o->application : "(none)");
+    bfc_printable(addr, sizeof addr, o->address ? o->address : "unknown");
+    bfc_printable(role, sizeof role, o->role ? o->role : "unknown");
+    if (o->has_first_seen_us)
+        project_clock(first, sizeof first, o->first_seen_us);
+    if (o->has_last_seen_us)
+        project_clock(last, sizeof last, o->last_seen_us);
+    if (o->has_writers && o->writers > 1)
+        snprintf(more, sizeof more, " + %" PRId64 " more writer%s", o->writers - 1,
+                 o->writers == 2 ? "" : "s");
+    if (o->has_healed && o->healed > 0)
+        snprintf(healed, sizeof healed, ", %" PRId64 " healed", o->healed);
+    char raw[320];
+    snprintf(raw, sizeof raw,
+             "%" PRId64 " row%s since %s from application %s at %s (role %s), last %s UTC%s%s",
+             o->rows, o->rows == 1 ? "" : "s", first, app, addr, role, last, more, healed);
+    bfc_printable(v->old_writers, sizeof v->old_writers, raw);
+    char n[16], who[20];
+    bfc_format_short_count(n, sizeof n, o->rows);
+    bfc_printable(who, sizeof who, app);
+    snprintf(v->old_writers_short, sizeof v->old_writers_short, "%s (%s)", n, who);
+}
+
 void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -364,5 +418,6 @@ void bfc_project(const Buzz__Backfill__V1__Backfill *b, bfc_view *v)
     }
     project_validating(b, v, has_now, now);
     project_waiting(b, v, has_now, now);
+    project_old_writers(b, v);
     v->gating = b->has_gating && b->gating;
 }

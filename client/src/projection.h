@@ -41,6 +41,13 @@ typedef struct bfc_view {
     char waiting[48];
     bool waiting_worker;
     bool gating;
+    /* the old-writer watchdog (docs/definitions.md "Old writers"): "37 rows since 14:02 from
+     * application relay-1.3 at 10.0.0.7 (role relay), last 14:05" (UTC; "+ 2 more writers",
+     * ", 37 healed"), "none (watching)", "none (watch removed)"; "-" when never watched.
+     * old_writers_short: "37 (relay-1.3)", "0", "-" (at most 24 columns) */
+    char old_writers[200];
+    char old_writers_short[40];
+    bool has_old_writers; /* rows were counted */
 } bfc_view;
 
 /* Project one Backfill. now_us: the observation time (PostgreSQL's, from times.observed_at),
