@@ -32,6 +32,11 @@
  * work completes with every counter exactly 1. This is the documented limit of
  * docs/reliability.md ("A frozen backend"), bounded here to a few seconds.
  *
+ * pt_frozen_validator (main cluster): the same for the validator's backend frozen inside a
+ * validation chunk, holding the validation lock: the claim expires, but no one claims (a worker
+ * that finds the lock busy has no work), validates or counts an attempt while it is frozen;
+ * after it continues the backfill completes.
+ *
  * Runs serially (tests/robustness).
  */
 #ifndef _GNU_SOURCE
@@ -75,6 +80,7 @@
 #define B_DECL  9101
 #define B_CB    9102
 #define B_FENCE 9103
+#define B_VALID 9104
 
 static const char *const ids[2] = {"rob.decl_v1", "rob.cb_v1"};
 static const char *const tables[2] = {"rob_decl", "rob_cb"};
@@ -561,11 +567,96 @@ static void pt_frozen_backend(void **state)
     bd_suite_close(NULL, pg, false);
 }
 
+/* The validator's backend is frozen inside a validation chunk (at the validation barrier, in
+ * the postcondition of a row), holding the validation lock: no one else validates, claims or
+ * counts an attempt while it is frozen (a worker that finds the lock busy has no work); after it
+ * continues the backfill completes. */
+static void pt_frozen_validator(void **state)
+{
+    (void)state;
+    PGconn *pg = bd_suite_open("frozenv");
+    const char *conninfo = bt_db_conninfo();
+    pt_schema(pg);
+    bd_migrate(conninfo);
+    PGconn *holder = bd_connect(conninfo);
+    bt_lock(holder, B_VALID);
+    bd_options o = pt_options();
+    bd_daemon d[2];
+    bd_launch(&d[0], &o);
+    bd_launch(&d[1], &o);
+    bd_wait_up(&d[0]);
+    bd_wait_up(&d[1]);
+    bd_wait_registered(pg, 2);
+    bfc_client *c = bd_client(d[0].ipc_url, NULL, 30000, 3);
+    bd_control_resp *resp = NULL;
+    assert_int_equal(bd_control(c, "Start", ids[0], &resp), BD_SC(OK));
+    bd_free(resp);
+
+    /* the validator waits at the barrier inside its chunk: freeze it, open the barrier */
+    long owner = 0, backend = 0;
+    long long gen = 0;
+    for (int64_t t0 = now_ms();; usleep(2000)) {
+        owner = pt_owner(pg, ids[0], &gen);
+        if (owner != 0 &&
+            bt_int(pg, "SELECT (state = 'validating')::int FROM buzz_backfill.backfill"
+                       " WHERE id = 'rob.decl_v1'") == 1)
+            break;
+        if (now_ms() - t0 > PT_WAIT_MS)
+            fail_msg("rob.decl_v1 never reached validation");
+    }
+    backend = pt_wait_at(pg, B_VALID, (pid_t)owner);
+    long long attempts0 =
+        bt_int(pg, "SELECT attempts FROM buzz_backfill.backfill WHERE id = '%s'", ids[0]);
+    assert_int_equal(kill((pid_t)backend, SIGSTOP), 0);
+    pt.frozen_pid = backend;
+    bt_unlock(holder, B_VALID);
+    int64_t t0 = now_ms();
+    for (; pt_owner(pg, ids[0], NULL) != 0; usleep(5000))
+        if (now_ms() - t0 > PT_WAIT_MS)
+            fail_msg("the frozen validator's claim never expired");
+    int64_t expired = now_ms();
+    while (now_ms() - expired < 2 * PT_POLL_MS + PT_STEP_MS) {
+        long long g = 0;
+        assert_int_equal(pt_owner(pg, ids[0], &g), 0);
+        assert_int_equal(g, gen);
+        assert_int_equal(bt_int(pg, "SELECT (state = 'validating')::int FROM"
+                                    " buzz_backfill.backfill WHERE id = 'rob.decl_v1'"),
+                         1);
+        /* the frozen backend still holds the validation lock */
+        assert_int_equal(bt_int(pg,
+                                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                " AND granted AND objsubid = 2 AND classid <> 424242 AND pid = %ld",
+                                backend),
+                         1);
+        usleep(20000);
+    }
+    assert_int_equal(
+        bt_int(pg, "SELECT attempts FROM buzz_backfill.backfill WHERE id = '%s'", ids[0]),
+        attempts0);
+    printf("# validator frozen for %lld ms (the claim expired after %lld ms): no takeover\n",
+           (long long)(now_ms() - t0), (long long)(expired - t0));
+
+    assert_int_equal(kill((pid_t)backend, SIGCONT), 0);
+    pt.frozen_pid = 0;
+    bd_get_resp *g = bd_wait_state(c, ids[0], BD_ST(COMPLETED));
+    bd_free(g);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM public.rob_decl WHERE counter <> 1"), 0);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM (SELECT id FROM public.pt_audit"
+                                " WHERE tbl = 'rob_decl' GROUP BY id HAVING count(*) <> 1) x"),
+                     0);
+    bfc_close(c);
+    PQfinish(holder);
+    bd_stop(&d[0]);
+    bd_stop(&d[1]);
+    bd_suite_close(NULL, pg, false);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(pt_partition, pt_teardown),
         cmocka_unit_test_teardown(pt_frozen_backend, pt_teardown),
+        cmocka_unit_test_teardown(pt_frozen_validator, pt_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
