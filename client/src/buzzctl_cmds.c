@@ -5,9 +5,11 @@
  * or the projection; --json prints exactly one document per command (buzzctl_json.c).
  *
  * Rates: the RPC data holds no pause or block history, so rows over the time since start
- * would count paused and blocked time. list and get therefore read twice, --sample-ms apart
- * (default 1000), when something is running, and show the rate between the two reads of a
- * backfill that was running at both (bfc_rate_window); otherwise the rate is unknown.
+ * would count paused and blocked time. A rate is therefore measured between two reads of a
+ * backfill that was running at both (bfc_rate_window); otherwise it is unknown. list reads
+ * once (instant) unless asked: --sample-ms MS reads twice, MS apart, and --watch measures
+ * each frame against the one before. get reads twice, --sample-ms apart (default 1000), when
+ * the backfill is running. list --ids prints only the IDs (the bash completion uses it).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "buzz/backfill/v1/admin.pb-c.h"
 #include "buzz/backfill/v1/readiness.pb-c.h"
@@ -25,7 +28,8 @@
 #include "projection.h"
 
 #define LIST_PAGE         1000
-#define SAMPLE_DEFAULT_MS 1000
+#define SAMPLE_DEFAULT_MS 1000 /* get */
+#define WATCH_DEFAULT_MS  2000
 
 /* "blocked: fix the cause shown in error, then: buzzctl retry ID" */
 static void cmds_hint(FILE *f, const Buzz__Backfill__V1__Backfill *b, const char *id)
@@ -252,67 +256,46 @@ static int cmds_parse_state(const char *s, Buzz__Backfill__V1__State *out)
     return -1;
 }
 
-int ctl_cmd_list(ctl *c, int argc, char **argv)
+/* The rate of b against its row in an earlier read (prev NULL: none). */
+static bool list_rate(double *rate, const list_read *prev, const Buzz__Backfill__V1__Backfill *b)
 {
-    static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                         {"limit", required_argument, NULL, 'l'},
-                                         {"sample-ms", required_argument, NULL, 'm'},
-                                         {"wide", no_argument, NULL, 'w'},
-                                         {0}};
-    Buzz__Backfill__V1__ListRequest req = BUZZ__BACKFILL__V1__LIST_REQUEST__INIT;
-    long limit = 0, sample = SAMPLE_DEFAULT_MS;
-    bool wide = false;
-    int o;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (o == 's') {
-            if (cmds_parse_state(optarg, &req.state) != 0)
-                return ctl_usage_error(c,
-                                       "list: --state: '%.40s' is not a state (pending, running, "
-                                       "paused, blocked, failed, validating, completed)",
-                                       optarg);
-            req.has_state = 1;
-        } else if (o == 'l') {
-            if ((limit = ctl_parse_long(optarg, 1, 100000000)) < 0)
-                return ctl_usage_error(c, "list: --limit: '%.40s' is not a whole number >= 1",
-                                       optarg);
-        } else if (o == 'm') {
-            if ((sample = ctl_parse_long(optarg, 0, 60000)) < 0)
-                return ctl_usage_error(c, "list: --sample-ms: '%.40s' is not 0..60000", optarg);
-        } else if (o == 'w') {
-            wide = true;
-        } else {
-            return ctl_usage_error(c, "list: unknown option (see buzzctl list --help)");
+    return prev != NULL && cmds_rate(rate, list_find(prev, b->id), b);
+}
+
+/* Seconds left at rate, from the keys passed and the planner's estimate; false: unknown. */
+static bool list_eta_s(double *out, const Buzz__Backfill__V1__Backfill *b, double rate)
+{
+    const Buzz__Backfill__V1__Progress *p = b->progress;
+    if (!cmds_running(b) || p == NULL || !p->has_rows_covered || !p->has_source_estimate ||
+        p->source_estimate <= p->rows_covered || rate <= 0)
+        return false;
+    *out = (double)(p->source_estimate - p->rows_covered) / rate;
+    return true;
+}
+
+/* {"backfills": [...]}: each the protobuf mapping of a Backfill, with "rowsPerSecond" and
+ * "etaSeconds" (~ an estimate) added when a rate was measured against prev. */
+static void list_print_json(const list_read *shown, const list_read *prev)
+{
+    struct json_object *arr = json_object_new_array();
+    for (size_t i = 0; i < shown->n; i++) {
+        const Buzz__Backfill__V1__Backfill *b = shown->rows[i];
+        struct json_object *o = ctl_json_message(&b->base);
+        double rate = 0, eta = 0;
+        if (list_rate(&rate, prev, b)) {
+            json_object_object_add(o, "rowsPerSecond", json_object_new_double(rate));
+            if (list_eta_s(&eta, b, rate))
+                json_object_object_add(o, "etaSeconds", json_object_new_double(eta));
         }
+        json_object_array_add(arr, o);
     }
-    if (optind < argc)
-        return ctl_usage_error(c, "list: unexpected argument '%.40s'", argv[optind]);
-    list_read first = {0}, second = {0};
-    int rc = list_fetch(c, &req, limit, &first);
-    if (rc != EXIT_OK) {
-        list_read_free(&first);
-        return rc;
-    }
-    if (c->json) {
-        struct json_object *arr = json_object_new_array();
-        for (size_t i = 0; i < first.n; i++)
-            json_object_array_add(arr, ctl_json_message(&first.rows[i]->base));
-        struct json_object *doc = json_object_new_object();
-        json_object_object_add(doc, "backfills", arr);
-        ctl_json_emit(doc);
-        list_read_free(&first);
-        return EXIT_OK;
-    }
-    bool any_running = false;
-    for (size_t i = 0; i < first.n; i++)
-        any_running |= cmds_running(first.rows[i]);
-    const list_read *shown = &first;
-    if (any_running && sample > 0) {
-        ctl_sleep_ms(sample);
-        if (list_fetch(c, &req, limit, &second) == EXIT_OK)
-            shown = &second; /* the newer read, with rates against the first */
-        else
-            fputs("buzzctl list: the second read failed: rates unknown\n", stderr);
-    }
+    struct json_object *doc = json_object_new_object();
+    json_object_object_add(doc, "backfills", arr);
+    ctl_json_emit(doc);
+}
+
+static void list_print_text(const list_read *shown, const list_read *prev, bool wide)
+{
     int id_w = 2;
     for (size_t i = 0; i < shown->n; i++) {
         char id[BFC_CELL];
@@ -331,7 +314,7 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
         bfc_view v;
         bfc_project(b, &v);
         double rate = 0;
-        bool has_rate = shown == &second && cmds_rate(&rate, list_find(&first, b->id), b);
+        bool has_rate = list_rate(&rate, prev, b);
         bfc_project_rate(&v, b, has_rate, rate);
         char prog[32], rate_s[24], eta[24];
         cmds_short_progress(prog, sizeof prog, b);
@@ -368,6 +351,157 @@ int ctl_cmd_list(ctl *c, int argc, char **argv)
              shown->rows[i]->state == BUZZ__BACKFILL__V1__STATE__FAILED))
             cmds_hint(stdout, shown->rows[i], v.id);
     }
+}
+
+typedef struct list_opts {
+    Buzz__Backfill__V1__ListRequest req;
+    long limit;     /* 0: every row */
+    long sample_ms; /* 0: one read (the default) */
+    bool wide, ids, watch;
+    int64_t interval_ms; /* --watch */
+    long count;          /* --watch: frames, 0 until interrupted */
+} list_opts;
+
+static int list_parse(ctl *c, int argc, char **argv, list_opts *lo)
+{
+    static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                         {"limit", required_argument, NULL, 'l'},
+                                         {"sample-ms", required_argument, NULL, 'm'},
+                                         {"wide", no_argument, NULL, 'w'},
+                                         {"ids", no_argument, NULL, 'i'},
+                                         {"watch", no_argument, NULL, 'W'},
+                                         {"interval", required_argument, NULL, 'v'},
+                                         {"count", required_argument, NULL, 'n'},
+                                         {0}};
+    bool interval_given = false;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 's') {
+            if (cmds_parse_state(optarg, &lo->req.state) != 0)
+                return ctl_usage_error(c,
+                                       "list: --state: '%.40s' is not a state (pending, running, "
+                                       "paused, blocked, failed, validating, completed)",
+                                       optarg);
+            lo->req.has_state = 1;
+        } else if (o == 'l') {
+            if ((lo->limit = ctl_parse_long(optarg, 1, 100000000)) < 0)
+                return ctl_usage_error(c, "list: --limit: '%.40s' is not a whole number >= 1",
+                                       optarg);
+        } else if (o == 'm') {
+            if ((lo->sample_ms = ctl_parse_long(optarg, 0, 60000)) < 0)
+                return ctl_usage_error(c, "list: --sample-ms: '%.40s' is not 0..60000", optarg);
+        } else if (o == 'w') {
+            lo->wide = true;
+        } else if (o == 'i') {
+            lo->ids = true;
+        } else if (o == 'W') {
+            lo->watch = true;
+        } else if (o == 'v') {
+            long long bare = 0;
+            int64_t ms = ctl_parse_duration_ms(optarg, &bare);
+            if (ms == -2)
+                ms = bare * 1000; /* a bare number is seconds */
+            if (ms < 100 || ms > 3600000)
+                return ctl_usage_error(
+                    c, "list: --interval: '%.40s' is not a duration of 100ms..1h (e.g. 2s)",
+                    optarg);
+            lo->interval_ms = ms;
+            interval_given = true;
+        } else if (o == 'n') {
+            if ((lo->count = ctl_parse_long(optarg, 1, 1000000)) < 0)
+                return ctl_usage_error(c, "list: --count: '%.40s' is not a whole number >= 1",
+                                       optarg);
+        } else {
+            return ctl_usage_error(c, "list: unknown option (see buzzctl list --help)");
+        }
+    }
+    if (optind < argc)
+        return ctl_usage_error(c, "list: unexpected argument '%.40s'", argv[optind]);
+    if ((interval_given || lo->count > 0) && !lo->watch)
+        return ctl_usage_error(c, "list: --interval and --count go with --watch");
+    if (lo->ids && (lo->watch || lo->wide || c->json || lo->sample_ms > 0))
+        return ctl_usage_error(c, "list: --ids prints IDs only: it takes no --watch, --wide, "
+                                  "--json or --sample-ms");
+    return EXIT_OK;
+}
+
+/* --watch: a frame every interval, each with the rates against the frame before it; on a
+ * terminal each frame replaces the last, otherwise frames are separated by a blank line (with
+ * --json: one document per line). Stops after --count frames, or at a failed read. */
+static int list_watch(ctl *c, const list_opts *lo)
+{
+    bool tty = isatty(STDOUT_FILENO) != 0 && !c->json;
+    list_read prev = {0};
+    bool has_prev = false;
+    int rc = EXIT_OK;
+    for (long frame = 0; lo->count == 0 || frame < lo->count; frame++) {
+        if (frame > 0)
+            ctl_sleep_ms(lo->interval_ms);
+        list_read cur = {0};
+        rc = list_fetch(c, &lo->req, lo->limit, &cur);
+        if (rc != EXIT_OK) {
+            list_read_free(&cur);
+            break;
+        }
+        if (c->json) {
+            list_print_json(&cur, has_prev ? &prev : NULL);
+        } else {
+            if (tty)
+                fputs("\033[H\033[2J", stdout);
+            else if (frame > 0)
+                putchar('\n');
+            char d[24];
+            bfc_format_duration(d, sizeof d, lo->interval_ms * 1000);
+            printf("every %s (Ctrl-C to stop)\n", d);
+            list_print_text(&cur, has_prev ? &prev : NULL, lo->wide);
+        }
+        fflush(stdout);
+        list_read_free(&prev);
+        prev = cur;
+        has_prev = true;
+    }
+    list_read_free(&prev);
+    return rc;
+}
+
+int ctl_cmd_list(ctl *c, int argc, char **argv)
+{
+    list_opts lo = {.req = BUZZ__BACKFILL__V1__LIST_REQUEST__INIT, .interval_ms = WATCH_DEFAULT_MS};
+    int rc = list_parse(c, argc, argv, &lo);
+    if (rc != EXIT_OK)
+        return rc;
+    if (lo.watch)
+        return list_watch(c, &lo);
+    list_read first = {0}, second = {0};
+    rc = list_fetch(c, &lo.req, lo.limit, &first);
+    if (rc != EXIT_OK) {
+        list_read_free(&first);
+        return rc;
+    }
+    if (lo.ids) {
+        char id[BFC_CELL];
+        for (size_t i = 0; i < first.n; i++)
+            printf("%s\n", ctl_text(id, sizeof id, first.rows[i]->id, "?"));
+        list_read_free(&first);
+        return EXIT_OK;
+    }
+    bool any_running = false;
+    for (size_t i = 0; i < first.n; i++)
+        any_running |= cmds_running(first.rows[i]);
+    const list_read *shown = &first, *prev = NULL;
+    if (any_running && lo.sample_ms > 0) { /* opt-in: one read is instant */
+        ctl_sleep_ms(lo.sample_ms);
+        if (list_fetch(c, &lo.req, lo.limit, &second) == EXIT_OK) {
+            shown = &second; /* the newer read, with rates against the first */
+            prev = &first;
+        } else if (!c->json) {
+            fputs("buzzctl list: the second read failed: rates unknown\n", stderr);
+        }
+    }
+    if (c->json)
+        list_print_json(shown, prev);
+    else
+        list_print_text(shown, prev, lo.wide);
     list_read_free(&first);
     list_read_free(&second);
     return EXIT_OK;

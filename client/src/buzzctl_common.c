@@ -204,10 +204,13 @@ int64_t ctl_parse_timeout(const char *cmd, const char *s, bool bare_is_ms)
         /* the old form of the global option: milliseconds; one syntax is a unit everywhere */
         char safe[40];
         bfc_printable(safe, sizeof safe, s);
+        char secs[32] = "";
+        if (bare % 1000 == 0)
+            snprintf(secs, sizeof secs, " or %llds", bare / 1000);
         fprintf(stderr,
-                "buzzctl%s%s: warning: --timeout %s without a unit is taken as milliseconds "
-                "(deprecated): write %sms, or seconds as %llds\n",
-                cmd ? " " : "", cmd ? cmd : "", safe, safe, bare / 1000);
+                "buzzctl%s%s: warning: --timeout %s has no unit: taken as milliseconds (the "
+                "old form); write %sms%s\n",
+                cmd ? " " : "", cmd ? cmd : "", safe, safe, secs);
     }
     return ms;
 }

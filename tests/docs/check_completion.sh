@@ -21,7 +21,7 @@ expect()
     COMP_LINE="$line"
     COMP_POINT=${#line}
     COMPREPLY=()
-    _buzzctl buzzctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]:-}"
+    _buzzctl buzzctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]:-}" || true
     local w
     for w in "$@"; do
         if ! printf '%s\n' "${COMPREPLY[@]}" | grep -qxF -- "$w"; then
@@ -39,4 +39,23 @@ expect "buzzctl --js" --json
 expect "buzzctl token " keygen mint inspect
 expect "buzzctl list --state " running paused blocked failed completed
 expect "buzzctl -u ipc:///x list --st" --state
+expect "buzzctl list --wa" --watch
+
+# backfill IDs come from 'buzzctl list --ids', with the command line's connection options: a
+# stand-in buzzctl records its arguments and answers as the real one does
+buzzctl()
+{
+    printf '%s\n' "$*" >>"$calls"
+    [[ " $* " == *" list --ids "* ]] && printf '%s\n' demo.events.content_len_v1 demo.items_v1
+    return 0
+}
+calls="$(mktemp)"
+trap 'rm -f "$calls"' EXIT
+expect "buzzctl get " demo.events.content_len_v1 demo.items_v1
+expect "buzzctl -u ipc:///run/x.sock pause demo.it" demo.items_v1
+expect "buzzctl preflight demo.items_v1 demo.ev" demo.events.content_len_v1
+if ! grep -qxF -- "-u ipc:///run/x.sock --timeout 2s list --ids" "$calls"; then
+    echo "IDs were not asked for with the command line's --url: $(cat "$calls")"
+    fail=1
+fi
 exit "$fail"
