@@ -37,6 +37,7 @@ static void usage(FILE *f)
         "  audit [ID] [--limit N]             audit trail, newest first\n"
         "  whoami                             the identity the server sees\n"
         "  preflight [ID]...                  the daemon's preflight of its definitions\n"
+        "  watch off ID                       remove a backfill's old-writer watch trigger\n"
         "  ready [--wait SECONDS]             readiness as the relay sees it\n"
         "  ready --wait-ready --timeout DURATION\n"
         "                                     wait until ready (init containers)\n"
@@ -109,6 +110,10 @@ static const struct {
               "example: buzzctl audit demo.events.content_len_v1 --limit 200\n"},
     {"whoami", "usage: buzzctl whoami\nThe identity and capabilities the server sees.\n"
                "example: buzzctl --token-file op.token whoami\n"},
+    {"watch", "usage: buzzctl watch off ID\nRemove a backfill's old-writer watch trigger now "
+              "(docs/definitions.md, Old writers); what it counted stays in get. Audited; needs "
+              "the control capability.\n"
+              "example: buzzctl watch off demo.events.pubkey_hex_v1\n"},
     {"preflight",
      "usage: buzzctl preflight [ID]...\n"
      "The running daemon's preflight of the definitions it has registered (every one\n"
@@ -206,6 +211,7 @@ static const struct {
     {"pause", main_control},        {"resume", main_control}, {"retry", main_control},
     {"validate", ctl_cmd_validate}, {"audit", ctl_cmd_audit}, {"whoami", ctl_cmd_whoami},
     {"ready", ctl_cmd_ready},       {"dash", ctl_cmd_dash},   {"preflight", ctl_cmd_preflight},
+    {"watch", ctl_cmd_watch},
 };
 
 /* The credential when no --token or --token-file was given: BUZZ_BACKFILL_TOKEN, else the

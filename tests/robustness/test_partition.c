@@ -6,8 +6,8 @@
  *
  * pt_partition (root; skipped with the reason otherwise): daemon B runs in a network namespace
  * of the test's own, joined to this host by a veth pair with link-local addresses the test
- * chooses (PT_HOST_ADDR here, PT_NS_ADDR there, nothing routed); PostgreSQL is a scratch cluster
- * that also listens on PT_HOST_ADDR (scripts/pg.sh listen-start); daemon A runs here. B claims
+ * chooses (pt.host_addr here, pt.ns_addr there, nothing routed); PostgreSQL is a scratch cluster
+ * that also listens on pt.host_addr (scripts/pg.sh listen-start); daemon A runs here. B claims
  * both backfills and its batches wait at their barriers (the declarative one inside its CALL,
  * the callback one inside its transaction after its update); then the link goes down (the host
  * end of the pair: every packet dropped, nothing refused), the barriers open, and:
@@ -70,9 +70,8 @@
 #define PT_ROWS        3000
 #define PT_WAIT_MS     60000
 
-#define PT_HOST_ADDR "169.254.231.1"
-#define PT_NS_ADDR   "169.254.231.2"
-#define PT_NET       "169.254.231.0/30"
+/* The link's /30 in 169.254.0.0/16 is chosen per run (pt_make_namespace, from the pid), so
+ * two runs on one machine (two clones' scripts/test.sh) do not route each other's addresses. */
 
 #define PT_XSTR(x) #x
 #define PT_STR(x)  PT_XSTR(x)
@@ -87,6 +86,7 @@ static const char *const tables[2] = {"rob_decl", "rob_cb"};
 
 static struct {
     char ns[32], veth_host[16], veth_ns[16];
+    char host_addr[20], ns_addr[20], net[24]; /* this end, the namespace end, the /30 */
     bool made;
     bool listen_cluster;
     char saved_url[512];
@@ -278,6 +278,10 @@ static bool pt_make_namespace(void)
     snprintf(pt.ns, sizeof pt.ns, "buzzpt%ld", id);
     snprintf(pt.veth_host, sizeof pt.veth_host, "bzph%ld", id);
     snprintf(pt.veth_ns, sizeof pt.veth_ns, "bzpn%ld", id);
+    int octet = 1 + (int)(getpid() % 250);
+    snprintf(pt.host_addr, sizeof pt.host_addr, "169.254.%d.1", octet);
+    snprintf(pt.ns_addr, sizeof pt.ns_addr, "169.254.%d.2", octet);
+    snprintf(pt.net, sizeof pt.net, "169.254.%d.0/30", octet);
     if (pt_sh("ip netns add %s >/dev/null 2>&1", pt.ns) != 0) {
         printf("# skipped: `ip netns add` failed (no network namespaces here)\n");
         return false;
@@ -285,11 +289,11 @@ static bool pt_make_namespace(void)
     pt.made = true;
     if (pt_sh("ip link add %s type veth peer name %s netns %s", pt.veth_host, pt.veth_ns, pt.ns) !=
             0 ||
-        pt_sh("ip addr add %s/30 dev %s && ip link set %s up", PT_HOST_ADDR, pt.veth_host,
+        pt_sh("ip addr add %s/30 dev %s && ip link set %s up", pt.host_addr, pt.veth_host,
               pt.veth_host) != 0 ||
         pt_sh("ip netns exec %s ip addr add %s/30 dev %s && ip netns exec %s ip link set %s up &&"
               " ip netns exec %s ip link set lo up",
-              pt.ns, PT_NS_ADDR, pt.veth_ns, pt.ns, pt.veth_ns, pt.ns) != 0)
+              pt.ns, pt.ns_addr, pt.veth_ns, pt.ns, pt.veth_ns, pt.ns) != 0)
         fail_msg("could not set up the veth pair of %s", pt.ns);
     return true;
 }
@@ -323,7 +327,9 @@ static void pt_partition(void **state)
     }
     snprintf(pt.saved_url, sizeof pt.saved_url, "%s", getenv("BUZZ_TEST_PG_URL"));
     char url[512];
-    pt_pg_sh("listen-start " PT_HOST_ADDR " " PT_NET, url, sizeof url);
+    char listen_cmd[96];
+    snprintf(listen_cmd, sizeof listen_cmd, "listen-start %s %s", pt.host_addr, pt.net);
+    pt_pg_sh(listen_cmd, url, sizeof url);
     pt.listen_cluster = true;
     setenv("BUZZ_TEST_PG_URL", url, 1);
     PGconn *pg = bd_suite_open("partition");
@@ -336,16 +342,15 @@ static void pt_partition(void **state)
 
     /* B, in the namespace: PostgreSQL over the veth pair, admin over ipc and over the link */
     char conninfo_b[1024], extra_b[512];
-    snprintf(conninfo_b, sizeof conninfo_b, "%s host='" PT_HOST_ADDR "'", conninfo);
+    snprintf(conninfo_b, sizeof conninfo_b, "%s host='%s'", conninfo, pt.host_addr);
     int admin_port = 20000 + (int)(getpid() % 20000);
     bd_options ob = pt_options();
     ob.conninfo = conninfo_b;
     /* the listen line replaces bd's own: the same ipc path (bd_launch names it d<seq>.sock, the
      * first daemon of this suite) and a tcp listener on the namespace's end of the link */
     snprintf(extra_b, sizeof extra_b,
-             "step_ms = " PT_STR(PT_STEP_MS) "\nlisten = 'ipc://%s/d1.sock, tcp://" PT_NS_ADDR
-                                             ":%d'\n",
-             bd_dir(), admin_port);
+             "step_ms = " PT_STR(PT_STEP_MS) "\nlisten = 'ipc://%s/d1.sock, tcp://%s:%d'\n",
+             bd_dir(), pt.ns_addr, admin_port);
     ob.extra = extra_b;
     bd_daemon b, a;
     pt_launch_in_namespace(&b, &ob);
@@ -354,7 +359,7 @@ static void pt_partition(void **state)
     bd_wait_registered(pg, 2);
     bfc_client *cb = bd_client(b.ipc_url, NULL, 30000, -1);
     char tcp_b[64];
-    snprintf(tcp_b, sizeof tcp_b, "tcp://" PT_NS_ADDR ":%d", admin_port);
+    snprintf(tcp_b, sizeof tcp_b, "tcp://%s:%d", pt.ns_addr, admin_port);
     bfc_client *ctcp = bd_client(tcp_b, bd_token(BFT_CAP_READINESS), 2000, -1);
     int db = 0;
     /* ready before the cut (the rob backfills gate nothing), over ipc and over the link */
