@@ -21,6 +21,7 @@ int ctl_cmd_whoami(ctl *c, int argc, char **argv);
 int ctl_cmd_ready(ctl *c, int argc, char **argv);
 int ctl_cmd_dash(ctl *c, int argc, char **argv);
 int ctl_cmd_preflight(ctl *c, int argc, char **argv);
+int ctl_cmd_watch(ctl *c, int argc, char **argv);
 /* `buzzctl token ...`, self-contained: argv[0] == "token". */
 int buzzctl_token_main(int argc, char **argv);
 

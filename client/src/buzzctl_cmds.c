@@ -604,3 +604,43 @@ int ctl_cmd_control(ctl *c, int argc, char **argv, bfc_action action)
         protobuf_c_message_free_unpacked(out, NULL);
     return rc;
 }
+
+/* `buzzctl watch off ID`: remove a backfill's old-writer watch trigger now (Admin.WatchOff);
+ * what it counted stays readable in get. */
+int ctl_cmd_watch(ctl *c, int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "off") != 0)
+        return ctl_usage_error(c, " watch: usage: buzzctl watch off ID");
+    const char *id = NULL;
+    int rc = ctl_need_id(c, argc - 1, argv + 1, "watch off", &id);
+    if (rc != EXIT_OK)
+        return rc;
+    bfc_status st;
+    bf_err err = ctl_connect(c, &st);
+    ProtobufCMessage *out = NULL;
+    if (err == BF_OK) {
+        Buzz__Backfill__V1__ControlRequest req = BUZZ__BACKFILL__V1__CONTROL_REQUEST__INIT;
+        req.id = (char *)id;
+        err = bfc_call(c->client, &buzz__backfill__v1__admin__descriptor, "WatchOff", &req.base,
+                       &out, &st);
+    }
+    Buzz__Backfill__V1__ControlResponse *resp = (Buzz__Backfill__V1__ControlResponse *)out;
+    if (err != BF_OK) {
+        rc = ctl_report(c, "watch off", err, &st, out);
+    } else if (c->json) {
+        ctl_json_emit(ctl_json_message(out));
+    } else if (resp != NULL) {
+        char safe[BFC_CELL], detail[160];
+        bfc_printable(safe, sizeof safe, id);
+        bfc_printable(detail, sizeof detail, resp->detail ? resp->detail : "done");
+        printf("watch off %s: %s\n", safe, detail);
+        if (resp->backfill != NULL) {
+            bfc_view v;
+            bfc_project(resp->backfill, &v);
+            printf("old writer:  %s\n", v.old_writers);
+        }
+    }
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return rc;
+}

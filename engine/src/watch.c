@@ -337,6 +337,69 @@ static bf_err watch_heal_function(bf_engine *e, const char *name, const heal_ite
     return err;
 }
 
+/* pred with every t.column read as NEW.column (quotes skipped); caller frees; NULL: no memory */
+static char *watch_rewrite(const char *pred)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    for (size_t i = 0; pred[i] != '\0';) {
+        char ch = pred[i];
+        if (ch == '\'' || ch == '"') {
+            size_t n = heal_quoted(pred + i, ch);
+            if (n == 0)
+                n = strlen(pred + i);
+            bf__strbuf_addf(&sb, "%.*s", (int)n, pred + i);
+            i += n;
+            continue;
+        }
+        if (isalpha((unsigned char)ch) || ch == '_') {
+            size_t j = i;
+            while (isalnum((unsigned char)pred[j]) || pred[j] == '_' || pred[j] == '$')
+                j++;
+            bool alias = j - i == 1 && (ch == 't' || ch == 'T') && pred[j] == '.' &&
+                         (i == 0 || pred[i - 1] != '.');
+            if (alias)
+                bf__strbuf_add(&sb, "NEW");
+            else
+                bf__strbuf_addf(&sb, "%.*s", (int)(j - i), pred + i);
+            i = j;
+            continue;
+        }
+        bf__strbuf_addf(&sb, "%c", ch);
+        i++;
+    }
+    return bf__strbuf_take(&sb);
+}
+
+/* CREATE TRIGGER: WHEN (<not>(<expr>) <test>) for a direct predicate, WHEN
+ * (<not>buzz_backfill.<expr>(NEW)) for a predicate function; direct ones run under a savepoint
+ * (an error leaves the transaction usable for the fallback). */
+static bf_err watch_trigger(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
+                            const char *trigger, const char * not, const char *expr,
+                            const char *test, const char *fn_heal, bool direct)
+{
+    bf_strbuf sb;
+    bf__strbuf_init(&sb);
+    bf__strbuf_addf(&sb, "CREATE TRIGGER %s %s INSERT OR UPDATE ON ", trigger,
+                    mode == BF_WATCH_HEAL ? "BEFORE" : "AFTER");
+    watch_add_table(&sb, d->table);
+    if (direct)
+        bf__strbuf_addf(&sb, " FOR EACH ROW WHEN (%s((%s) %s))", not, expr, test);
+    else
+        bf__strbuf_addf(&sb, " FOR EACH ROW WHEN (%sbuzz_backfill.%s(NEW))", not, expr);
+    if (mode == BF_WATCH_HEAL)
+        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.%s('%s')", fn_heal, d->id);
+    else
+        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.old_writer_seen('%s')", d->id);
+    char *sql = bf__strbuf_take(&sb);
+    if (sql == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    bf_err err =
+        direct ? watch_try(e, "watch trigger", sql) : bf__exec0(e, "watch trigger", sql, 0, NULL);
+    free(sql);
+    return err;
+}
+
 bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
 {
     const bf_definition *d = c->def;
@@ -372,48 +435,45 @@ bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
     bf__format(lock, sizeof lock, "SET LOCAL lock_timeout = %d", e->lock_timeout_ms);
     if ((err = bf__exec0(e, "watch lock timeout", lock, 0, NULL)) != BF_OK)
         return err;
-    if (mode == BF_WATCH_HEAL)
-        err = watch_predicate(e, d, fn_pred, d->needs_repair, "IS TRUE");
-    else if (has_post)
-        err = watch_predicate(e, d, fn_pred, d->postcondition, "IS TRUE");
-    else
-        err = watch_predicate(e, d, fn_pred, d->needs_repair, "IS NOT TRUE");
-    if (err == BF_OK && mode == BF_WATCH_HEAL)
-        err = watch_heal_function(e, fn_heal, items, nitems);
+    if (mode == BF_WATCH_HEAL && (err = watch_heal_function(e, fn_heal, items, nitems)) != BF_OK)
+        return bf__diag(e, err == BF_ERR_NOMEM ? err : BF_ERR_DEFINITION,
+                        "could not install the old-writer watch of %s (see the log)", d->id);
+    const char *pred = mode == BF_WATCH_HEAL ? d->needs_repair
+                       : has_post            ? d->postcondition
+                                             : d->needs_repair;
+    const char *test = mode == BF_WATCH_HEAL || has_post ? "IS TRUE" : "IS NOT TRUE";
+    /* the predicate itself in the WHEN clause, its t. read as NEW.: compiled once per
+     * statement, no function to inline or call; a fragment naming bare columns falls back to
+     * the predicate function */
+    char *direct = watch_rewrite(pred);
+    if (direct == NULL)
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    char when[32];
+    bf__format(when, sizeof when, "%s", mode == BF_WATCH_HEAL ? "" : "NOT ");
+    bool inline_when = true;
+    err = watch_trigger(e, d, mode, trigger, when, direct, test, fn_heal, true);
+    free(direct);
+    if (err == BF_ERR_NOMEM)
+        return err;
+    if (err != BF_OK) {
+        inline_when = false;
+        err = watch_predicate(e, d, fn_pred, pred, test);
+        if (err == BF_OK)
+            err = watch_trigger(e, d, mode, trigger, when, fn_pred, NULL, fn_heal, false);
+    }
     if (err != BF_OK)
         return bf__diag(e, err == BF_ERR_NOMEM ? err : BF_ERR_DEFINITION,
                         "could not install the old-writer watch of %s (see the log)", d->id);
-    bf_strbuf sb;
-    bf__strbuf_init(&sb);
-    bf__strbuf_addf(&sb, "CREATE TRIGGER %s %s INSERT OR UPDATE ON ", trigger,
-                    mode == BF_WATCH_HEAL ? "BEFORE" : "AFTER");
-    watch_add_table(&sb, d->table);
-    if (mode == BF_WATCH_HEAL)
-        bf__strbuf_addf(&sb,
-                        " FOR EACH ROW WHEN (buzz_backfill.%s(NEW))"
-                        " EXECUTE FUNCTION buzz_backfill.%s('%s')",
-                        fn_pred, fn_heal, d->id);
-    else
-        bf__strbuf_addf(&sb,
-                        " FOR EACH ROW WHEN (NOT buzz_backfill.%s(NEW))"
-                        " EXECUTE FUNCTION buzz_backfill.old_writer_seen('%s')",
-                        fn_pred, d->id);
-    char *sql = bf__strbuf_take(&sb);
-    if (sql == NULL)
-        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
-    err = bf__exec0(e, "watch trigger", sql, 0, NULL);
-    free(sql);
-    if (err != BF_OK)
-        return err;
     bf_strbuf tb;
     bf__strbuf_init(&tb);
     watch_add_table(&tb, d->table);
     char *table = bf__strbuf_take(&tb);
     char fns[80];
     if (mode == BF_WATCH_HEAL)
-        bf__format(fns, sizeof fns, "{%s,%s}", fn_pred, fn_heal);
+        bf__format(fns, sizeof fns, "{%s%s%s}", fn_heal, inline_when ? "" : ",",
+                   inline_when ? "" : fn_pred);
     else
-        bf__format(fns, sizeof fns, "{%s}", fn_pred);
+        bf__format(fns, sizeof fns, "{%s}", inline_when ? "" : fn_pred);
     const char *params[] = {d->id, table, trigger, fns, bf_watch_mode_name(mode)};
     err = table == NULL ? bf__diag(e, BF_ERR_NOMEM, "out of memory")
                         : bf__exec0(e, "record watch",

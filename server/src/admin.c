@@ -297,6 +297,46 @@ static void admin_retry(admin_service *svc, const Buzz__Backfill__V1__ControlReq
     admin_control(SRV_CALL(closure_data), BF_ACTION_RETRY, in->id, closure, closure_data);
 }
 
+/* ---- WatchOff ---------------------------------------------------------------------------- */
+
+static void admin_watch_off(admin_service *svc, const Buzz__Backfill__V1__ControlRequest *in,
+                            Buzz__Backfill__V1__ControlResponse_Closure closure,
+                            void *closure_data)
+{
+    (void)svc;
+    srv_call *call = SRV_CALL(closure_data);
+    bf_engine *e;
+    if (!admin_id_ok(call, in->id) || (e = admin_engine(call)) == NULL) {
+        closure(NULL, closure_data);
+        return;
+    }
+    bf_actor who = admin_actor(call);
+    bool removed = false;
+    bf_err err = bf_watch_off(e, in->id, &who, &removed);
+    bf_backfill *row = err == BF_OK ? malloc(sizeof *row) : NULL;
+    if (err == BF_OK)
+        err = row ? bf_get(e, in->id, row) : BF_ERR_NOMEM;
+    if (err != BF_OK) {
+        admin_engine_fail(call, e, err, NULL);
+        closure(NULL, closure_data);
+        free(row);
+        return;
+    }
+    Buzz__Backfill__V1__ControlResponse resp = BUZZ__BACKFILL__V1__CONTROL_RESPONSE__INIT;
+    resp.has_outcome = true;
+    resp.outcome = removed ? BUZZ__BACKFILL__V1__CONTROL_OUTCOME__ACCEPTED
+                           : BUZZ__BACKFILL__V1__CONTROL_OUTCOME__CONVERGED;
+    resp.has_prior_state = resp.has_resulting_state = resp.has_generation = true;
+    resp.prior_state = resp.resulting_state = srv_state_to_proto(row->state);
+    resp.generation = row->generation;
+    resp.detail = removed ? "old-writer watch removed" : "no old-writer watch was installed";
+    srv_backfill_msg m;
+    srv_backfill_msg_init(&m, row, admin_gating(call, row));
+    resp.backfill = &m.backfill;
+    closure(&resp, closure_data);
+    free(row);
+}
+
 /* ---- Validate --------------------------------------------------------------------------- */
 
 static Buzz__Backfill__V1__ValidationOutcome admin_outcome(bf_validation_outcome o)
@@ -529,7 +569,8 @@ static admin_service admin_svc = BUZZ__BACKFILL__V1__ADMIN__INIT(admin_);
 /* Preflight names at most 64 stable IDs (admin_preflight.c), 65 bytes each on the wire. */
 #define ADMIN_PREFLIGHT_BODY_MAX 8192
 
-/* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI, Preflight.
+/* descriptor order: List, Get, Start, Pause, Resume, Retry, Validate, Audit, WhoAmI, Preflight,
+ * WatchOff.
  * Preflight is a read: it writes nothing, so it is not audited, like Get and List. */
 static const srv_method_policy admin_policies[] = {
     {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_BODY_MAX},
@@ -537,9 +578,10 @@ static const srv_method_policy admin_policies[] = {
     {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},  {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
     {SRV_CAP_VALIDATE, true, ADMIN_BODY_MAX}, {SRV_CAP_READ, false, ADMIN_BODY_MAX},
     {SRV_CAP_READ, false, ADMIN_BODY_MAX},    {SRV_CAP_READ, false, ADMIN_PREFLIGHT_BODY_MAX},
+    {SRV_CAP_CONTROL, true, ADMIN_BODY_MAX},
 };
 
-_Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 10,
+_Static_assert(sizeof admin_policies / sizeof admin_policies[0] == 11,
                "one policy per Admin method");
 
 ProtobufCService *srv_admin_service(void)

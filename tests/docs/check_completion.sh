@@ -34,6 +34,8 @@ expect()
 expect "buzzctl pa" pause
 expect "buzzctl pref" preflight
 expect "buzzctl preflight --j" --json
+expect "buzzctl wat" watch
+expect "buzzctl watch " off
 expect "buzzctl " list get start pause resume retry validate audit ready token
 expect "buzzctl --js" --json
 expect "buzzctl token " keygen mint inspect
