@@ -385,11 +385,14 @@ int ctl_cmd_ready(ctl *c, int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (o == 'w') {
-            long s = ctl_parse_long(optarg, 0, 30);
-            if (s < 0)
+            long long bare = 0;
+            int64_t ms = ctl_parse_duration_ms(optarg, &bare);
+            if (ms == -2)
+                ms = bare <= 30 ? bare * 1000 : -1; /* a bare number is seconds */
+            if (ms < 0 || ms > 30000)
                 return ctl_usage_error(c, "ready: --wait: '%.40s' is not 0..30 seconds", optarg);
             req.has_wait_ms = 1;
-            req.wait_ms = (uint32_t)(s * 1000);
+            req.wait_ms = (uint32_t)ms;
         } else if (o == 'W') {
             wait_ready = true;
         } else if (o == 't') {

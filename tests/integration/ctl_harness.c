@@ -42,6 +42,8 @@ void ctl_start(ctl_run *r, const char *const *args)
             _exit(126);
         unsetenv("BUZZ_BACKFILL_URL");
         unsetenv("BUZZ_BACKFILL_TOKEN");
+        /* never the host's packaged daemon: a test that wants a default socket names one */
+        setenv("BUZZ_BACKFILL_DEFAULT_SOCKET", "/nonexistent/buzz-test/admin.sock", 0);
         execv(argv[0], argv);
         _exit(127);
     }

@@ -50,7 +50,9 @@ typedef struct script {
     size_t n_seen;
 } script;
 
-/* buzzctl args... as a child (no BUZZ_BACKFILL_* in its environment); ctl_finish waits for it
+/* buzzctl args... as a child (no BUZZ_BACKFILL_URL or _TOKEN in its environment, and
+ * BUZZ_BACKFILL_DEFAULT_SOCKET, unless the test set it, a path where no socket is, so the
+ * host's own daemon is never the default server); ctl_finish waits for it
  * and reads its stdout and stderr; ctl_run_all does both (no server involved). */
 void ctl_start(ctl_run *r, const char *const *args);
 void ctl_finish(ctl_run *r);
