@@ -119,6 +119,7 @@ static void daemon_start(daemon_run *d, const char *bin, const char *dir, bool a
     snprintf(d->log, sizeof d->log, "%s/daemon.log", opts.dir);
     snprintf(sock, sizeof sock, "ipc://%s/d.sock", opts.dir);
     snprintf(dirarg, sizeof dirarg, "%s", dir);
+    unlink(d->log); /* the previous run's line must not be read as this run's */
     d->started = now_s();
     d->pid = fork();
     if (d->pid < 0)
@@ -129,7 +130,7 @@ static void daemon_start(daemon_run *d, const char *bin, const char *dir, bool a
             _exit(127);
         execl(bin, bin, "--database-url", opts.db, "--listen", sock, "--definitions-dir", dirarg,
               "--workers", automatic ? "1" : "0", "--auto-backfill", automatic ? "on" : "off",
-              "--log-level", "info", "run", (char *)NULL);
+              "--ipc-boundary", "on", "--log-level", "info", "run", (char *)NULL);
         _exit(127);
     }
 }

@@ -49,15 +49,27 @@ void bf__strbuf_add(bf_strbuf *sb, const char *s)
 
 void bf__strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
 {
+    if (sb->failed)
+        return;
+    /* format into the room there is; only when it does not fit, grow and format again (the
+     * definitions' SQL is compiled at startup: one pass, not two, for almost every piece) */
+    size_t room = sb->cap - sb->len;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(room ? sb->data + sb->len : NULL, room, fmt, ap);
     va_end(ap);
-    if (n < 0 || !strbuf_reserve(sb, (size_t)n))
+    if (n < 0) {
+        if (room)
+            sb->data[sb->len] = '\0';
         return;
-    va_start(ap, fmt);
-    vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    }
+    if ((size_t)n >= room) {
+        if (!strbuf_reserve(sb, (size_t)n))
+            return;
+        va_start(ap, fmt);
+        vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     sb->len += (size_t)n;
 }
 
