@@ -374,9 +374,9 @@ static char *watch_rewrite(const char *pred)
 /* CREATE TRIGGER: WHEN (<not>(<expr>) <test>) for a direct predicate, WHEN
  * (<not>buzz_backfill.<expr>(NEW)) for a predicate function; direct ones run under a savepoint
  * (an error leaves the transaction usable for the fallback). */
-static bf_err watch_trigger(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
-                            const char *trigger, const char * not, const char *expr,
-                            const char *test, const char *fn_heal, bool direct)
+static bf_err watch_trigger(bf_engine *e, const bf_definition *d, const char *key,
+                            bf_watch_mode mode, const char *trigger, const char * not,
+                            const char *expr, const char *test, const char *fn_heal, bool direct)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
@@ -388,9 +388,9 @@ static bf_err watch_trigger(bf_engine *e, const bf_definition *d, bf_watch_mode 
     else
         bf__strbuf_addf(&sb, " FOR EACH ROW WHEN (%sbuzz_backfill.%s(NEW))", not, expr);
     if (mode == BF_WATCH_HEAL)
-        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.%s('%s')", fn_heal, d->id);
+        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.%s('%s')", fn_heal, key);
     else
-        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.old_writer_seen('%s')", d->id);
+        bf__strbuf_addf(&sb, " EXECUTE FUNCTION buzz_backfill.old_writer_seen('%s')", key);
     char *sql = bf__strbuf_take(&sb);
     if (sql == NULL)
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");
@@ -400,12 +400,23 @@ static bf_err watch_trigger(bf_engine *e, const bf_definition *d, bf_watch_mode 
     return err;
 }
 
+static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
+                            const char *key);
+
 bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
 {
     const bf_definition *d = c->def;
     bf_watch_mode mode = bf__watch_mode(e, d);
     if (mode != BF_WATCH_ON && mode != BF_WATCH_HEAL)
         return BF_OK;
+    return watch_install(e, d, mode, d->id);
+}
+
+/* Install d's watch in mode, counted under key (the stable ID, or a probe's key), in the
+ * caller's transaction. */
+static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
+                            const char *key)
+{
     bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
     bool has_needs = d->mutate == NULL && d->needs_repair != NULL && d->needs_repair[0] != '\0';
     if (!has_post && !has_needs) {
@@ -427,7 +438,7 @@ bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
     if (mode == BF_WATCH_HEAL && (err = heal_check(e, d, items, &nitems)) != BF_OK)
         return err;
     char h[17], trigger[32], fn_pred[32], fn_heal[32];
-    watch_hash(d->id, h);
+    watch_hash(key, h);
     bf__format(trigger, sizeof trigger, "buzz_watch_%s", h);
     bf__format(fn_pred, sizeof fn_pred, "bfw_%s_%s", mode == BF_WATCH_HEAL ? "nr" : "ok", h);
     bf__format(fn_heal, sizeof fn_heal, "bfw_heal_%s", h);
@@ -451,7 +462,7 @@ bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
     char when[32];
     bf__format(when, sizeof when, "%s", mode == BF_WATCH_HEAL ? "" : "NOT ");
     bool inline_when = true;
-    err = watch_trigger(e, d, mode, trigger, when, direct, test, fn_heal, true);
+    err = watch_trigger(e, d, key, mode, trigger, when, direct, test, fn_heal, true);
     free(direct);
     if (err == BF_ERR_NOMEM)
         return err;
@@ -459,7 +470,7 @@ bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
         inline_when = false;
         err = watch_predicate(e, d, fn_pred, pred, test);
         if (err == BF_OK)
-            err = watch_trigger(e, d, mode, trigger, when, fn_pred, NULL, fn_heal, false);
+            err = watch_trigger(e, d, key, mode, trigger, when, fn_pred, NULL, fn_heal, false);
     }
     if (err != BF_OK)
         return bf__diag(e, err == BF_ERR_NOMEM ? err : BF_ERR_DEFINITION,
@@ -474,7 +485,7 @@ bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
                    inline_when ? "" : fn_pred);
     else
         bf__format(fns, sizeof fns, "{%s}", inline_when ? "" : fn_pred);
-    const char *params[] = {d->id, table, trigger, fns, bf_watch_mode_name(mode)};
+    const char *params[] = {key, table, trigger, fns, bf_watch_mode_name(mode)};
     err = table == NULL ? bf__diag(e, BF_ERR_NOMEM, "out of memory")
                         : bf__exec0(e, "record watch",
                                     "INSERT INTO buzz_backfill.watch (backfill_id, table_name,"
@@ -541,14 +552,22 @@ static bf_err watch_drop(bf_engine *e, const char *id, bool *removed)
     return err;
 }
 
+static bf_err watch_remove_key(bf_engine *e, const char *id, bool *removed);
+
 bf_err bf__watch_remove(bf_engine *e, const char *id, bool *removed)
+{
+    if (!bf_id_valid(id))
+        return BF_ERR_INVALID_ARGUMENT;
+    return watch_remove_key(e, id, removed);
+}
+
+/* bf__watch_remove() of a stable ID or a probe's key ("probe:<id>") */
+static bf_err watch_remove_key(bf_engine *e, const char *id, bool *removed)
 {
     bool dummy;
     if (removed == NULL)
         removed = &dummy;
     *removed = false;
-    if (!bf_id_valid(id))
-        return BF_ERR_INVALID_ARGUMENT;
     bf_err err = bf__ensure_conn(e);
     if (err == BF_OK)
         err = bf__begin(e, false);
@@ -621,7 +640,10 @@ bf_err bf_watch_sweep(bf_engine *e, int grace_s, int *removed_out)
     err = bf__exec(e, &r, "watches to sweep",
                    "SELECT w.backfill_id FROM buzz_backfill.watch w"
                    " LEFT JOIN buzz_backfill.backfill b ON b.id = w.backfill_id"
-                   " WHERE w.removed_at IS NULL AND (b.id IS NULL OR (b.state = 'completed'"
+                   " WHERE w.removed_at IS NULL AND ((b.id IS NULL"
+                   "  AND (w.backfill_id NOT LIKE 'probe:%' OR w.installed_at"
+                   "   < clock_timestamp() - interval '2 hours'))"
+                   "  OR (b.state = 'completed'"
                    "  AND b.completed_at + $1::integer * interval '1 s' <= clock_timestamp()))"
                    " ORDER BY 1 LIMIT 100",
                    1, params);
@@ -630,7 +652,7 @@ bf_err bf_watch_sweep(bf_engine *e, int grace_s, int *removed_out)
     int removed = 0;
     for (int i = 0; i < PQntuples(r); i++) {
         bool was = false;
-        if (bf__watch_remove(e, bf__field(r, i, 0), &was) == BF_OK && was)
+        if (watch_remove_key(e, bf__field(r, i, 0), &was) == BF_OK && was)
             removed++;
     }
     PQclear(r);
@@ -802,4 +824,107 @@ bf_err bf__watch_answered(bf_engine *e, const char *id)
                      " FROM buzz_backfill.old_writer o WHERE o.backfill_id = $1)"
                      " WHERE w.backfill_id = $1",
                      1, params);
+}
+
+/* ---- the preflight's probe ------------------------------------------------------------- */
+
+#define PROBE_KEY_MAX (BF_ID_MAX + 8)
+
+static void probe_key(char *key, const char *id)
+{
+    bf__format(key, PROBE_KEY_MAX, "probe:%s", id);
+}
+
+bf_err bf_watch_probe_start(bf_engine *e, const char *id)
+{
+    if (e == NULL || !bf_id_valid(id))
+        return BF_ERR_INVALID_ARGUMENT;
+    const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
+    if (c == NULL)
+        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
+    const bf_definition *d = c->def;
+    bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
+    bool has_needs = d->mutate == NULL && d->needs_repair != NULL && d->needs_repair[0] != '\0';
+    if (!has_post && !has_needs)
+        return bf__diag(e, BF_ERR_DEFINITION,
+                        "cannot watch %s for old writers: it declares no postcondition", id);
+    char key[PROBE_KEY_MAX];
+    probe_key(key, id);
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    const char *params[] = {key};
+    bool was = false;
+    /* an earlier probe's leftovers (a probe that died): its trigger and counts go first */
+    err = watch_drop(e, key, &was);
+    if (err == BF_OK)
+        err = bf__exec0(e, "clear probe",
+                        "DELETE FROM buzz_backfill.old_writer WHERE backfill_id = $1;", 1, params);
+    if (err == BF_OK)
+        err = watch_install(e, d, BF_WATCH_ON, key);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK)
+        bf__rollback(e);
+    return err;
+}
+
+bf_err bf_watch_probe_finish(bf_engine *e, const char *id, bf_old_writers *out, char *report,
+                             size_t cap)
+{
+    if (e == NULL || out == NULL || !bf_id_valid(id) || report == NULL || cap == 0)
+        return BF_ERR_INVALID_ARGUMENT;
+    char key[PROBE_KEY_MAX];
+    probe_key(key, id);
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
+    if (err != BF_OK)
+        return err;
+    bool was = false;
+    err = watch_drop(e, key, &was); /* first: no row counts after the answer is read */
+    const char *params[] = {key};
+    PGresult *r = NULL;
+    if (err == BF_OK)
+        err =
+            bf__exec(e, &r, "probe counts",
+                     "WITH gone AS (DELETE FROM buzz_backfill.old_writer WHERE backfill_id = $1"
+                     " RETURNING *), top AS (SELECT * FROM gone ORDER BY rows DESC, first_seen"
+                     " LIMIT 1)"
+                     " SELECT true, 'on', coalesce((SELECT sum(rows) FROM gone), 0)::bigint, 0,"
+                     " (SELECT count(*) FROM gone),"
+                     " (extract(epoch FROM (SELECT min(first_seen) FROM gone)) * 1000000)::bigint,"
+                     " (extract(epoch FROM (SELECT max(last_seen) FROM gone)) * 1000000)::bigint,"
+                     " t.application_name, t.client_addr, t.role_name, t.rows,"
+                     " (extract(epoch FROM t.first_seen) * 1000000)::bigint,"
+                     " (extract(epoch FROM t.last_seen) * 1000000)::bigint"
+                     " FROM (SELECT 1) one LEFT JOIN top t ON true",
+                     1, params);
+    if (err == BF_OK)
+        err = bf__commit(e);
+    if (err != BF_OK) {
+        PQclear(r);
+        bf__rollback(e);
+        return err;
+    }
+    bf_old_writers ow;
+    bf__old_writers_from_result(r, 0, 0, &ow);
+    PQclear(r);
+    ow.watching = false;
+    if (ow.rows == 0) {
+        bf__format(report, cap, "no old writer: no row written that breaks the postcondition");
+    } else {
+        char what[BF_DIAG_MAX];
+        watch_describe(what, sizeof what, ow.top_rows, ow.top_first_seen, ow.top_last_seen,
+                       ow.application, ow.address, ow.role);
+        char more[48] = "";
+        if (ow.writers > 1)
+            bf__format(more, sizeof more, " (%lld writers, %lld rows in all)",
+                       (long long)ow.writers, (long long)ow.rows);
+        bf__format(report, cap, "%s%s; hold the start until that writer is drained", what, more);
+    }
+    *out = ow;
+    return BF_OK;
 }

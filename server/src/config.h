@@ -25,7 +25,7 @@ typedef enum srv_command {
     SRV_CMD_PREFLIGHT,    /* bf_preflight each definition (or the IDs given), report, exit */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       41 /* settings in the table */
+#define SRV_CONFIG_KEYS       42 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -91,9 +91,10 @@ typedef struct srv_config {
     int daemon_max_rows_per_second; /* over all definitions of this process */
     srv_throttle_override *overrides;
     size_t n_overrides;
-    bool watch_writers; /* the old-writer watchdog of definitions without their own */
-    bool watch_block;   /* new old-shape writes block a running backfill */
-    int watch_grace_s;  /* a completed backfill keeps its watch this long */
+    bool watch_writers;    /* the old-writer watchdog of definitions without their own */
+    bool watch_block;      /* new old-shape writes block a running backfill */
+    int watch_grace_s;     /* a completed backfill keeps its watch this long */
+    int preflight_watch_s; /* preflight: watch for old writers this long (0: off) */
 
     /* where each effective value came from, in table order (for check-config) */
     char origin[SRV_CONFIG_KEYS][SRV_CONFIG_ORIGIN_MAX];

@@ -143,6 +143,10 @@ const key_def config_keys[SRV_CONFIG_KEYS] = {
     {"watch_grace_s", KT_INT, "0", 0, 604800, "SECONDS",
      "A completed backfill keeps its watch trigger this long (0: removed at completion).",
      F(watch_grace_s), NOCOUNT},
+    {"preflight_watch_s", KT_INT, "0", 0, 3600, "SECONDS",
+     "preflight: also watch each definition's table this long for writes that break its "
+     "postcondition, and fail a definition an old writer still writes (0: off).",
+     F(preflight_watch_s), NOCOUNT},
 };
 
 /* A key that may also be set per definition: one of the throttle settings. */

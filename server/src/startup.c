@@ -306,6 +306,49 @@ int srv_migrate_command(const srv_config *cfg)
     return err == BF_OK ? 0 : 1;
 }
 
+/* preflight_watch_s: watch every definition's table at once for that long, then report each:
+ * a definition an old writer still writes fails, so a deploy pipeline holds the start of a
+ * required automatic backfill until the writer is drained. Returns the definitions failed. */
+static int startup_preflight_watch(const srv_config *cfg, bf_engine *e, bf_registry *reg, size_t n)
+{
+    bool *watched = calloc(n ? n : 1, sizeof *watched);
+    if (watched == NULL)
+        return 1;
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *id = cfg->n_ids > 0 ? cfg->ids[i] : bf_registry_at(reg, i)->id;
+        bf_err err = bf_watch_probe_start(e, id);
+        watched[i] = err == BF_OK;
+        if (err == BF_ERR_DEFINITION)
+            printf("skip  %s: %s\n", id, bf_engine_diag(e));
+        else if (err != BF_OK)
+            printf("FAIL  %s: %s: could not watch for old writers: %s\n", id, bf_err_str(err),
+                   bf_engine_diag(e));
+        failed += err != BF_OK && err != BF_ERR_DEFINITION;
+    }
+    printf("watching for old writers for %d s\n", cfg->preflight_watch_s);
+    fflush(stdout);
+    struct timespec ts = {.tv_sec = cfg->preflight_watch_s, .tv_nsec = 0};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    for (size_t i = 0; i < n; i++) {
+        if (!watched[i])
+            continue;
+        const char *id = cfg->n_ids > 0 ? cfg->ids[i] : bf_registry_at(reg, i)->id;
+        bf_old_writers ow;
+        char report[BF_DIAG_MAX];
+        bf_err err = bf_watch_probe_finish(e, id, &ow, report, sizeof report);
+        if (err != BF_OK)
+            printf("FAIL  %s: %s: %s\n", id, bf_err_str(err), bf_engine_diag(e));
+        else
+            printf("%s  %s: %s\n", ow.rows > 0 ? "FAIL" : "ok  ", id, report);
+        failed += err != BF_OK || ow.rows > 0;
+    }
+    fflush(stdout);
+    free(watched);
+    return failed;
+}
+
 int srv_preflight_command(const srv_config *cfg)
 {
     bf_registry *reg = NULL;
@@ -349,6 +392,8 @@ int srv_preflight_command(const srv_config *cfg)
         }
     }
     fflush(stdout);
+    if (cfg->preflight_watch_s > 0)
+        failed += startup_preflight_watch(cfg, e, reg, n);
     bf_engine_close(e);
     srv_registry_unload(reg, files);
     return failed > 0 ? 1 : 0;

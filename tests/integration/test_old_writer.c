@@ -16,7 +16,13 @@
  *     again;
  *   - heal: relay-1.3's rows arrive repaired (counted as healed), validation succeeds and every
  *     row is right; heal is refused at start, the row left pending, for a callback, a subquery
- *     and a volatile function.
+ *     and a volatile function;
+ *   - bare_columns: a predicate naming bare columns is watched through its function; watch off
+ *     removes trigger and function, keeps the counts, and is audited (twice: removed, then
+ *     nothing to remove);
+ *   - probe (the preflight's gate): a probe of a never-started definition reports relay-1.3's 2
+ *     rows and "hold the start", leaves no trigger or count and the row pending; once drained a
+ *     new probe reports no old writer.
  *
  * Guards proved (each seen failing with it removed):
  *   - worker.c step_validating's watch attribution (cause = BF_ERR_PREREQUISITE): without it
@@ -65,6 +71,22 @@ ITEMS_DEF(watched, "public.ow_watched", BF_WATCH_ON);
 ITEMS_DEF(validated, "public.ow_validated", BF_WATCH_ON);
 ITEMS_DEF(blocking, "public.ow_blocking", BF_WATCH_ON);
 ITEMS_DEF(healed, "public.ow_healed", BF_WATCH_HEAL);
+
+/* bare column names: the predicate cannot go into the WHEN clause as NEW.column, so the watch
+ * reads the row through its predicate function */
+static const bf_definition bare = {
+    .id = "ow.bare_v1",
+    .table = "public.ow_bare",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .needs_repair = "fixed IS NULL",
+    .update_set = "fixed = val * 2",
+    .postcondition = "fixed = val * 2",
+    .watch_writers = BF_WATCH_ON,
+};
+/* never started: the preflight's probe watches it */
+ITEMS_DEF(probed, "public.ow_probed", BF_WATCH_OFF);
 
 static const bf_definition heal_subquery = {
     .id = "ow.heal_subquery_v1",
@@ -152,8 +174,11 @@ static int setup(void **state)
     bt_make_items(conn, "public.ow_healed", ROWS);
     bt_make_items(conn, "public.ow_refused", ROWS);
     bt_make_items(conn, "public.ow_cb", ROWS);
-    const bf_definition *defs[] = {&watched,       &validated,     &blocking,     &healed,
-                                   &heal_subquery, &heal_volatile, &heal_callback};
+    bt_make_items(conn, "public.ow_bare", ROWS);
+    bt_make_items(conn, "public.ow_probed", ROWS);
+    const bf_definition *defs[] = {&watched,       &validated,     &blocking,
+                                   &healed,        &heal_subquery, &heal_volatile,
+                                   &heal_callback, &bare,          &probed};
     reg = bt_registry(defs, sizeof defs / sizeof defs[0]);
     return 0;
 }
@@ -182,6 +207,8 @@ static void test_two_writers(void **state)
     log_len = 0;
     assert_int_equal(bt_act(e, BF_ACTION_START, watched.id), BF_OK);
     assert_int_equal(triggers("public.ow_watched"), 1);
+    /* t.column fragments go into the WHEN clause itself: no predicate function */
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'bfw\\_%%'"), 0);
     bf_worker *w = bt_claimed_worker(e, watched.id);
     bf_step_info info;
     assert_int_equal(bf_worker_step(w, &info), BF_OK); /* ids 1..100 repaired */
@@ -360,13 +387,85 @@ static void test_heal(void **state)
     bf_engine_close(e);
 }
 
+static void test_bare_columns(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    assert_int_equal(bt_act(e, BF_ACTION_START, bare.id), BF_OK);
+    assert_int_equal(triggers("public.ow_bare"), 1);
+    /* the fallback: the predicate as a function of the row */
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'bfw\\_ok\\_%%'"), 1);
+    PGconn *old = writer("relay-1.3");
+    PGconn *fresh = writer("relay-2.0");
+    bt_exec(old, "INSERT INTO public.ow_bare (id, val) VALUES (4001, 1), (4002, 2)");
+    bt_exec(fresh, "INSERT INTO public.ow_bare (id, val, fixed) VALUES (4003, 3, 6)");
+    bf_backfill row = bt_get(e, bare.id);
+    assert_int_equal(row.old_writers.rows, 2);
+    assert_string_equal(row.old_writers.application, "relay-1.3");
+    bool removed = false;
+    assert_int_equal(bf_watch_off(e, bare.id, NULL, &removed), BF_OK);
+    assert_true(removed);
+    assert_int_equal(triggers("public.ow_bare"), 0);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'bfw\\_%%'"), 0);
+    assert_false(bt_get(e, bare.id).old_writers.watching);
+    assert_int_equal(bt_get(e, bare.id).old_writers.rows, 2); /* the counts stay */
+    assert_int_equal(bf_watch_off(e, bare.id, NULL, &removed), BF_OK);
+    assert_false(removed);
+    assert_int_equal(bt_int(conn,
+                            "SELECT count(*) FROM buzz_backfill.audit WHERE backfill_id"
+                            " = '%s' AND action = 'watch_off'",
+                            bare.id),
+                     2);
+    PQfinish(old);
+    PQfinish(fresh);
+    bf_engine_close(e);
+}
+
+/* the preflight's probe: watches a table without starting anything, reports the old writer,
+ * leaves nothing behind */
+static void test_probe(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    assert_int_equal(bf_watch_probe_start(e, probed.id), BF_OK);
+    assert_int_equal(triggers("public.ow_probed"), 1);
+    PGconn *old = writer("relay-1.3");
+    PGconn *fresh = writer("relay-2.0");
+    bt_exec(old, "UPDATE public.ow_probed SET val = " MARKER " WHERE id IN (1, 2)");
+    bt_exec(fresh, "UPDATE public.ow_probed SET fixed = val * 2 WHERE id IN (3, 4)");
+    bf_old_writers ow;
+    char report[BF_DIAG_MAX];
+    assert_int_equal(bf_watch_probe_finish(e, probed.id, &ow, report, sizeof report), BF_OK);
+    printf("probe: %s\n", report);
+    assert_int_equal(ow.rows, 2);
+    assert_int_equal(ow.writers, 1);
+    assert_string_equal(ow.application, "relay-1.3");
+    assert_non_null(strstr(report, "old writer: 2 rows since"));
+    assert_non_null(strstr(report, "hold the start"));
+    assert_null(strstr(report, MARKER));
+    assert_int_equal(triggers("public.ow_probed"), 0);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM buzz_backfill.old_writer"
+                                  " WHERE backfill_id LIKE 'probe:%%'"),
+                     0);
+    assert_int_equal(bt_get(e, probed.id).state, BF_STATE_PENDING);
+    /* drained: a new probe sees nothing */
+    assert_int_equal(bf_watch_probe_start(e, probed.id), BF_OK);
+    bt_exec(fresh, "UPDATE public.ow_probed SET fixed = val * 2 WHERE id IN (5, 6)");
+    assert_int_equal(bf_watch_probe_finish(e, probed.id, &ow, report, sizeof report), BF_OK);
+    assert_int_equal(ow.rows, 0);
+    assert_non_null(strstr(report, "no old writer"));
+    PQfinish(old);
+    PQfinish(fresh);
+    bf_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_writers),
-        cmocka_unit_test(test_validation),
-        cmocka_unit_test(test_block),
-        cmocka_unit_test(test_heal),
+        cmocka_unit_test(test_two_writers),  cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_block),        cmocka_unit_test(test_heal),
+        cmocka_unit_test(test_bare_columns), cmocka_unit_test(test_probe),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -646,6 +646,17 @@ bf_err bf_watch_off(bf_engine *engine, const char *id, const bf_actor *who, bool
  * has passed, and of backfills that no longer exist. *removed_out: how many. */
 bf_err bf_watch_sweep(bf_engine *engine, int grace_s, int *removed_out);
 
+/* The preflight's probe (a deploy pipeline holding a required automatic backfill's start until
+ * old writers are drained): bf_watch_probe_start installs id's watch (mode on) under a key of
+ * its own, committed, without starting anything; bf_watch_probe_finish, called after the
+ * watching time, removes it and writes what it counted (out; report: "no old writer: ..." or
+ * "old writer: N rows since ... from application ... at ...; hold the start until that writer
+ * is drained"), leaving no count behind. A probe that died is cleaned up by the next probe of
+ * id, or swept after two hours. BF_ERR_DEFINITION: no postcondition to watch. */
+bf_err bf_watch_probe_start(bf_engine *engine, const char *id);
+bf_err bf_watch_probe_finish(bf_engine *engine, const char *id, bf_old_writers *out,
+                             char *report, size_t cap);
+
 /* ---- aggregate statistics (metrics) ----------------------------------------------------- */
 
 #define BF_STATE_SLOTS 8 /* index = bf_state value; 0: required by this registry, no row yet */
