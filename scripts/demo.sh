@@ -310,7 +310,7 @@ start_daemon()
             daemon_pid=""
             return 1
         fi
-        if "$BUZZCTL" --url "$IPC_URL" --timeout 1000 ready >/dev/null 2>&1; then
+        if "$BUZZCTL" --url "$IPC_URL" --timeout 1s ready >/dev/null 2>&1; then
             return 0
         fi
         sleep 0.2
@@ -374,7 +374,7 @@ watch_view()
     ((tty)) && [[ -z "$cols" ]] && cols="$(tput cols 2>/dev/null || echo 80)"
     frame_lines=0
     while :; do
-        quiet list
+        quiet list --sample-ms 1000 # one second a frame, with rates
         ((rc == 0)) || die "buzzctl list failed ($rc): $out"
         parse_list "$out"
         local elapsed=$((SECONDS - t0)) done=0

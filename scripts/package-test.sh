@@ -144,7 +144,7 @@ setpriv --reuid buzz-backfill --regid buzz-backfill --init-groups -- \
 daemon_pid=$!
 ok=0
 for _ in $(seq 1 300); do
-    if /usr/bin/buzzctl -u "ipc://$SOCK" --timeout 2000 ready >/dev/null 2>&1; then
+    if /usr/bin/buzzctl -u "ipc://$SOCK" --timeout 2s ready >/dev/null 2>&1; then
         ok=1
         break
     fi
