@@ -315,6 +315,35 @@ static void test_rate_excludes_paused_time(void **state)
     assert_true(r < 0); /* not written */
 }
 
+/* Long IDs that differ only near their end stay told apart on narrow terminals: at 60
+ * columns the columns right of the ID go first and then the prefix they all share is named
+ * once in the header; at 40 the middle is elided and the tails stay. Guard:
+ * render_plan_ids()/render_id() in dash_render.c (with one fixed layout every ID was cut to
+ * its first characters: "relay.even"). */
+static void test_long_ids_stay_apart(void **state)
+{
+    (void)state;
+    fixture a, b, c;
+    fixture_init(&a, "relay.events.content_length_backfill_v1", ST(PAUSED));
+    fixture_init(&b, "relay.events.content_length_backfill_v2", ST(PAUSED));
+    fixture_init(&c, "relay.events.pubkey_hex_normalise_v1", ST(PAUSED));
+    Buzz__Backfill__V1__Backfill *rows[] = {&a.b, &b.b, &c.b};
+    bfc_dash_apply_list(&model, rows, 3, false, BF_OK, NULL, T0);
+    const char *s = screen(24, 100); /* wide enough: whole IDs, no header prefix */
+    want(s, "> relay.events.content_length_backfill_v1 ");
+    want_not(s, "ID (");
+    s = screen(24, 60);
+    want(s, "ID (relay.events....)");
+    want(s, "> content_length_backfill_v1 ");
+    want(s, "  content_length_backfill_v2 ");
+    want(s, "  pubkey_hex_normalise_v1 ");
+    want(s, "paused");
+    s = screen(24, 40);
+    want(s, "> conten..ackfill_v1 ");
+    want(s, "  conten..ackfill_v2 ");
+    want(s, "  pubkey..rmalise_v1 ");
+}
+
 /* A running backfill that no worker holds (no claim, or an expired one) and that waits for no
  * retry is "waiting for a worker": under its row, in its RATE cell, never a rate of 0/s even
  * after two reads without progress; with a valid claim it is not. Guard: project_waiting() in
@@ -706,6 +735,7 @@ int main(void)
         cmocka_unit_test_setup(test_gating_ids_and_states, setup),
         cmocka_unit_test_setup(test_progress_bar_only_when_computable, setup),
         cmocka_unit_test_setup(test_rate_excludes_paused_time, setup),
+        cmocka_unit_test_setup(test_long_ids_stay_apart, setup),
         cmocka_unit_test_setup(test_waiting_for_a_worker, setup),
         cmocka_unit_test_setup(test_failed_refresh_keeps_data_marked_stale, setup),
         cmocka_unit_test_setup(test_claim_validity_unknown, setup),
