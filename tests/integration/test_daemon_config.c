@@ -542,6 +542,10 @@ static void test_help_documents_every_key(void **state)
         "throttle_check_ms",
         "throttle_wait_ms",
         "daemon_max_rows_per_second",
+        "watch_writers",
+        "watch_block",
+        "watch_grace_s",
+        "preflight_watch_s",
     };
     assert_int_equal(sizeof keys / sizeof keys[0], SRV_CONFIG_KEYS);
     static char out[32768];
