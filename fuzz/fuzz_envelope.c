@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "buzz/token.h"
+#include "log.h"
 #include "srv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -34,6 +34,7 @@
 
 #include "bt.h"
 #include "buzz/token.h"
+#include "log.h"
 #include "srv.h"
 
 #define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name

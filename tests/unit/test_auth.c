@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "buzz/token.h"
+#include "log.h"
 #include "srv.h"
 
 #define AUD "relay-prod"

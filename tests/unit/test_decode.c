@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "log.h"
 #include "srv.h"
 
 typedef Buzz__Backfill__V1__RequestEnvelope envelope;
