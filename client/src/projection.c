@@ -298,10 +298,10 @@ static void project_old_writers(const Buzz__Backfill__V1__Backfill *b, bfc_view 
     bfc_printable(app, sizeof app, o->application ? o->application : "(none)");
     bfc_printable(addr, sizeof addr, o->address ? o->address : "unknown");
     bfc_printable(role, sizeof role, o->role ? o->role : "unknown");
-    if (o->has_first_seen_us)
-        project_clock(first, sizeof first, o->first_seen_us);
-    if (o->has_last_seen_us)
-        project_clock(last, sizeof last, o->last_seen_us);
+    if (o->has_first_seen_at_us)
+        project_clock(first, sizeof first, o->first_seen_at_us);
+    if (o->has_last_seen_at_us)
+        project_clock(last, sizeof last, o->last_seen_at_us);
     if (o->has_writers && o->writers > 1)
         snprintf(more, sizeof more, " + %" PRId64 " more writer%s", o->writers - 1,
                  o->writers == 2 ? "" : "s");

@@ -279,16 +279,16 @@ static void convert_old_writers(srv_backfill_msg *m, const bf_backfill *row)
     o->healed = ow->healed;
     o->writers = ow->writers;
     if (ow->rows > 0) {
-        o->has_first_seen_us = o->has_last_seen_us = true;
-        o->first_seen_us = ow->first_seen;
-        o->last_seen_us = ow->last_seen;
+        o->has_first_seen_at_us = o->has_last_seen_at_us = true;
+        o->first_seen_at_us = ow->first_seen;
+        o->last_seen_at_us = ow->last_seen;
         o->application = (char *)ow->application;
         o->address = (char *)ow->address;
         o->role = (char *)ow->role;
-        o->has_top_rows = o->has_top_first_seen_us = o->has_top_last_seen_us = true;
+        o->has_top_rows = o->has_top_first_seen_at_us = o->has_top_last_seen_at_us = true;
         o->top_rows = ow->top_rows;
-        o->top_first_seen_us = ow->top_first_seen;
-        o->top_last_seen_us = ow->top_last_seen;
+        o->top_first_seen_at_us = ow->top_first_seen;
+        o->top_last_seen_at_us = ow->top_last_seen;
     }
     m->backfill.old_writers = o;
 }
