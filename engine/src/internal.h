@@ -345,11 +345,13 @@ const char *bf__error_class_name(bf_err err);
     " ON v.backfill_id = b.id"                                                                     \
     " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = b.id"                                     \
     " LEFT JOIN LATERAL (SELECT sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"     \
-    "  count(*) AS writers, min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"        \
+    "  count(DISTINCT (o.application_name, o.client_addr, o.role_name)) AS writers,"               \
+    "  min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"                             \
     "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id) ow ON true"                     \
-    " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name, o.rows,"           \
-    "  o.first_seen, o.last_seen FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id"       \
-    "  ORDER BY o.rows DESC, o.first_seen LIMIT 1) ot ON true"
+    " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name,"                   \
+    "  sum(o.rows)::bigint AS rows, min(o.first_seen) AS first_seen,"                              \
+    "  max(o.last_seen) AS last_seen FROM buzz_backfill.old_writer o"                              \
+    "  WHERE o.backfill_id = b.id GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"
 /* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* watch.c: decode the watchdog's columns of BF_BACKFILL_COLUMNS, the first at col. */

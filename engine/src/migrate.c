@@ -254,8 +254,10 @@ static const char m9_validation_progress[] =
  * row per backfill whose trigger was installed (the quoted table, the trigger and its
  * functions, so that removal needs no definition; removed_at once it is gone; blocked_through:
  * the newest violation a block on old writers already answered). old_writer: what the trigger
- * counted, per writer (application_name, client address, role; never a row value), at most 32
- * writers per backfill and then one "(other writers)" row. old_writer_count() is the one thing
+ * counted, per writer (application_name, client address, role; never a row value) and session
+ * (backend_pid): a session only ever updates its own counter row, so old writers never wait on
+ * each other's counts (nor deadlock through them); at most 256 rows per backfill, then one
+ * "(other writers)" row. Readers sum a writer's sessions. old_writer_count() is the one thing
  * the trigger runs, as the engine's role (SECURITY DEFINER), only for a row that breaks the
  * postcondition; old_writer_seen() is the AFTER trigger's function. */
 static const char m10_old_writers[] =
@@ -274,12 +276,13 @@ static const char m10_old_writers[] =
     "  application_name text NOT NULL CHECK (octet_length(application_name) < 256),"
     "  client_addr text NOT NULL CHECK (octet_length(client_addr) < 64),"
     "  role_name text NOT NULL CHECK (octet_length(role_name) < 256),"
+    "  backend_pid integer NOT NULL,"
     "  rows bigint NOT NULL,"
     "  healed bigint NOT NULL,"
     "  first_seen timestamptz NOT NULL,"
     "  last_seen timestamptz NOT NULL,"
     "  reported boolean NOT NULL DEFAULT false,"
-    "  PRIMARY KEY (backfill_id, application_name, client_addr, role_name)"
+    "  PRIMARY KEY (backfill_id, application_name, client_addr, role_name, backend_pid)"
     ");"
     "CREATE FUNCTION buzz_backfill.old_writer_count(p_id text, p_healed boolean) RETURNS void"
     " LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bf$"
@@ -287,17 +290,20 @@ static const char m10_old_writers[] =
     "  v_app text := left(coalesce(current_setting('application_name', true), ''), 63);"
     "  v_addr text := coalesce(host(inet_client_addr()), 'local');"
     "  v_role text := left(session_user::text, 63);"
+    "  v_pid integer := pg_backend_pid();"
     " BEGIN"
     "  IF NOT EXISTS (SELECT 1 FROM buzz_backfill.old_writer WHERE backfill_id = p_id"
-    "     AND application_name = v_app AND client_addr = v_addr AND role_name = v_role)"
-    "   AND (SELECT count(*) FROM buzz_backfill.old_writer WHERE backfill_id = p_id) >= 32 THEN"
-    "   v_app := '(other writers)'; v_addr := ''; v_role := '';"
+    "     AND application_name = v_app AND client_addr = v_addr AND role_name = v_role"
+    "     AND backend_pid = v_pid)"
+    "   AND (SELECT count(*) FROM buzz_backfill.old_writer WHERE backfill_id = p_id) >= 256 THEN"
+    "   v_app := '(other writers)'; v_addr := ''; v_role := ''; v_pid := 0;"
     "  END IF;"
     "  INSERT INTO buzz_backfill.old_writer AS o (backfill_id, application_name, client_addr,"
-    "   role_name, rows, healed, first_seen, last_seen)"
-    "   VALUES (p_id, v_app, v_addr, v_role, 1, CASE WHEN p_healed THEN 1 ELSE 0 END,"
+    "   role_name, backend_pid, rows, healed, first_seen, last_seen)"
+    "   VALUES (p_id, v_app, v_addr, v_role, v_pid, 1, CASE WHEN p_healed THEN 1 ELSE 0 END,"
     "   clock_timestamp(), clock_timestamp())"
-    "   ON CONFLICT (backfill_id, application_name, client_addr, role_name) DO UPDATE"
+    "   ON CONFLICT (backfill_id, application_name, client_addr, role_name, backend_pid)"
+    "   DO UPDATE"
     "   SET rows = o.rows + 1, healed = o.healed + CASE WHEN p_healed THEN 1 ELSE 0 END,"
     "   last_seen = clock_timestamp();"
     " END $bf$;"

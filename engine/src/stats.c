@@ -25,7 +25,8 @@ static const char stats_sql[] =
     " WHERE NOT EXISTS (SELECT 1 FROM buzz_backfill.backfill x WHERE x.id = r.id)"
     " UNION ALL" /* the watchdog: writers and rows of backfills not completed, and watches */
     " SELECT 'watch', (SELECT count(*) FROM buzz_backfill.watch WHERE removed_at IS NULL),"
-    "  count(*), NULL, coalesce(sum(o.rows), 0)::bigint, 0"
+    "  count(DISTINCT (o.backfill_id, o.application_name, o.client_addr, o.role_name)), NULL,"
+    "  coalesce(sum(o.rows), 0)::bigint, 0"
     " FROM buzz_backfill.old_writer o JOIN buzz_backfill.backfill b ON b.id = o.backfill_id"
     " WHERE b.state <> 'completed'";
 

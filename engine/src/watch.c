@@ -722,12 +722,19 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
     PGresult *r = NULL;
     /* writers not reported yet: one log record and one audit row each, once (the UPDATE marks
      * them in the same transaction as the audit rows) */
+    /* a writer is its identity over all its sessions: the outer query reads the snapshot
+     * before the UPDATE, so an identity one of whose sessions was reported earlier is not new */
     err = bf__exec(e, &r, "new old writers",
-                   "UPDATE buzz_backfill.old_writer SET reported = true"
+                   "WITH n AS (UPDATE buzz_backfill.old_writer SET reported = true"
                    " WHERE backfill_id = $1 AND NOT reported RETURNING application_name,"
-                   " client_addr, role_name, rows,"
-                   " (extract(epoch FROM first_seen) * 1000000)::bigint,"
-                   " (extract(epoch FROM last_seen) * 1000000)::bigint",
+                   " client_addr, role_name)"
+                   " SELECT o.application_name, o.client_addr, o.role_name, sum(o.rows)::bigint,"
+                   " (extract(epoch FROM min(o.first_seen)) * 1000000)::bigint,"
+                   " (extract(epoch FROM max(o.last_seen)) * 1000000)::bigint"
+                   " FROM buzz_backfill.old_writer o"
+                   " WHERE o.backfill_id = $1 AND (o.application_name, o.client_addr, o.role_name)"
+                   "  IN (SELECT * FROM n)"
+                   " GROUP BY 1, 2, 3 HAVING NOT bool_or(o.reported)",
                    1, params);
     int n = err == BF_OK ? PQntuples(r) : 0;
     for (int i = 0; err == BF_OK && i < n; i++) {
@@ -772,7 +779,8 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
     }
     PQclear(r);
     err = bf__exec(e, &r, "old writers",
-                   "SELECT coalesce(sum(o.rows), 0)::bigint, count(*),"
+                   "SELECT coalesce(sum(o.rows), 0)::bigint,"
+                   " count(DISTINCT (o.application_name, o.client_addr, o.role_name)),"
                    " coalesce(bool_or(o.last_seen > coalesce(w.blocked_through, '-infinity')),"
                    "  false)"
                    " FROM buzz_backfill.old_writer o"
@@ -787,11 +795,11 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
     PQclear(r);
     if (rows > 0) {
         err = bf__exec(e, &r, "top old writer",
-                       "SELECT application_name, client_addr, role_name, rows,"
-                       " (extract(epoch FROM first_seen) * 1000000)::bigint,"
-                       " (extract(epoch FROM last_seen) * 1000000)::bigint"
+                       "SELECT application_name, client_addr, role_name, sum(rows)::bigint,"
+                       " (extract(epoch FROM min(first_seen)) * 1000000)::bigint,"
+                       " (extract(epoch FROM max(last_seen)) * 1000000)::bigint"
                        " FROM buzz_backfill.old_writer WHERE backfill_id = $1"
-                       " ORDER BY rows DESC, first_seen LIMIT 1",
+                       " GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1",
                        1, params);
         if (err != BF_OK)
             return err;
@@ -891,10 +899,13 @@ bf_err bf_watch_probe_finish(bf_engine *e, const char *id, bf_old_writers *out, 
         err =
             bf__exec(e, &r, "probe counts",
                      "WITH gone AS (DELETE FROM buzz_backfill.old_writer WHERE backfill_id = $1"
-                     " RETURNING *), top AS (SELECT * FROM gone ORDER BY rows DESC, first_seen"
-                     " LIMIT 1)"
+                     " RETURNING *), top AS (SELECT application_name, client_addr, role_name,"
+                     " sum(rows)::bigint AS rows, min(first_seen) AS first_seen,"
+                     " max(last_seen) AS last_seen FROM gone GROUP BY 1, 2, 3"
+                     " ORDER BY 4 DESC, 5 LIMIT 1)"
                      " SELECT true, 'on', coalesce((SELECT sum(rows) FROM gone), 0)::bigint, 0,"
-                     " (SELECT count(*) FROM gone),"
+                     " (SELECT count(DISTINCT (application_name, client_addr, role_name))"
+                     "  FROM gone),"
                      " (extract(epoch FROM (SELECT min(first_seen) FROM gone)) * 1000000)::bigint,"
                      " (extract(epoch FROM (SELECT max(last_seen) FROM gone)) * 1000000)::bigint,"
                      " t.application_name, t.client_addr, t.role_name, t.rows,"

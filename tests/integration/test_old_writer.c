@@ -20,6 +20,9 @@
  *   - bare_columns: a predicate naming bare columns is watched through its function; watch off
  *     removes trigger and function, keeps the counts, and is audited (twice: removed, then
  *     nothing to remove);
+ *   - sessions: two sessions of relay-1.3, one holding its transaction open after a violating
+ *     write: the other's violating write does not wait on it; one writer, 3 rows, logged and
+ *     audited once;
  *   - probe (the preflight's gate): a probe of a never-started definition reports relay-1.3's 2
  *     rows and "hold the start", leaves no trigger or count and the row pending; once drained a
  *     new probe reports no old writer.
@@ -29,7 +32,9 @@
  *     "validation" sees BF_STEP_FAILED;
  *   - worker.c step_watch's block (worker_fail with "old_writer"): without it "block" sees
  *     BF_STEP_BATCH;
- *   - worker.c worker_complete's bf__watch_remove: without it "two_writers" finds the trigger.
+ *   - worker.c worker_complete's bf__watch_remove: without it "two_writers" finds the trigger;
+ *   - migrate.c version 10's backend_pid in old_writer's key: without it "sessions" waits on
+ *     the open transaction's counter row until its statement_timeout.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,6 +90,7 @@ static const bf_definition bare = {
     .postcondition = "fixed = val * 2",
     .watch_writers = BF_WATCH_ON,
 };
+ITEMS_DEF(sessions, "public.ow_sessions", BF_WATCH_ON);
 /* never started: the preflight's probe watches it */
 ITEMS_DEF(probed, "public.ow_probed", BF_WATCH_OFF);
 
@@ -176,9 +182,10 @@ static int setup(void **state)
     bt_make_items(conn, "public.ow_cb", ROWS);
     bt_make_items(conn, "public.ow_bare", ROWS);
     bt_make_items(conn, "public.ow_probed", ROWS);
-    const bf_definition *defs[] = {&watched,       &validated,     &blocking,
-                                   &healed,        &heal_subquery, &heal_volatile,
-                                   &heal_callback, &bare,          &probed};
+    bt_make_items(conn, "public.ow_sessions", ROWS);
+    const bf_definition *defs[] = {&watched,       &validated,     &blocking,      &healed,
+                                   &heal_subquery, &heal_volatile, &heal_callback, &bare,
+                                   &probed,        &sessions};
     reg = bt_registry(defs, sizeof defs / sizeof defs[0]);
     return 0;
 }
@@ -460,12 +467,51 @@ static void test_probe(void **state)
     bf_engine_close(e);
 }
 
+/* two sessions of one old writer: neither waits on the other's count (each session counts in
+ * a row of its own), and they are one writer, logged once, their rows summed */
+static void test_sessions(void **state)
+{
+    (void)state;
+    bf_engine *e = engine(false);
+    old_writer_events = 0;
+    assert_int_equal(bt_act(e, BF_ACTION_START, sessions.id), BF_OK);
+    PGconn *a = writer("relay-1.3");
+    PGconn *b = writer("relay-1.3");
+    /* a holds its transaction open after a violating write; b's violating write must not wait
+     * on it (a statement_timeout turns a wait into a failure instead of a hang) */
+    bt_exec(a, "BEGIN; INSERT INTO public.ow_sessions (id, val) VALUES (6001, 1)");
+    bt_exec(b, "SET statement_timeout = '5s'");
+    bt_exec(b, "INSERT INTO public.ow_sessions (id, val) VALUES (6002, 1), (6003, 1)");
+    bt_exec(a, "COMMIT");
+    bf_backfill row = bt_get(e, sessions.id);
+    assert_int_equal(row.old_writers.rows, 3);
+    assert_int_equal(row.old_writers.writers, 1);
+    assert_int_equal(row.old_writers.top_rows, 3);
+    assert_string_equal(row.old_writers.application, "relay-1.3");
+    bf_worker *w = bt_claimed_worker(e, sessions.id);
+    assert_int_equal(bt_step_until_not_batch(w, 20), BF_STEP_VALIDATING);
+    assert_int_equal(old_writer_events, 1);
+    assert_int_equal(bt_int(conn,
+                            "SELECT count(*) FROM buzz_backfill.audit"
+                            " WHERE backfill_id = '%s' AND action = 'old_writer'",
+                            sessions.id),
+                     1);
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_COMPLETED);
+    PQfinish(a);
+    PQfinish(b);
+    bf_worker_free(w);
+    bf_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_writers),  cmocka_unit_test(test_validation),
         cmocka_unit_test(test_block),        cmocka_unit_test(test_heal),
         cmocka_unit_test(test_bare_columns), cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_sessions),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
