@@ -17,8 +17,9 @@
  * the goals of issue 26 (p50 at most 1.15 x, p99 at most 1.5 x).
  *
  * With --base-url and --base-pid (a second daemon, e.g. a build of the previous commit, on the
- * same database), Check and Get also run against it in every round, and the daemon CPU per
- * request of the two is compared side by side.
+ * same database), Check and Get also run against it in every round, and the daemon CPU and
+ * context switches (all its threads, /proc/<pid>/task) per request of the two are compared
+ * side by side.
  * Finally the daemon's resident memory (VmRSS of /proc/<pid>/status): before any request
  * (idle), after the warm-up, and after --rss-requests more requests (Check and Get alternating
  * over 8 clients).
@@ -26,6 +27,7 @@
  * The daemon is started by bench/rpc.sh. Output goes to stdout only.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -309,6 +311,7 @@ static void client_close(rpc_client *k)
 typedef struct rpc_result {
     double p50_us, p99_us, rps;
     double cpu_us; /* the serving daemon's CPU per request; -1 when not measured */
+    double cs;     /* the serving daemon's context switches per request (all its threads) */
 } rpc_result;
 
 static int cmp_i64(const void *a, const void *b)
@@ -341,7 +344,7 @@ static rpc_result run_series(rpc_op op, int nclients, long total, bool keep)
         pthread_join(th[i], NULL);
     int64_t wall = now_ns() - t0;
     pthread_barrier_destroy(&go);
-    rpc_result res = {0, 0, (double)(per * nclients) / ((double)wall / 1e9), -1};
+    rpc_result res = {0, 0, (double)(per * nclients) / ((double)wall / 1e9), -1, -1};
     int64_t *all = keep ? malloc((size_t)(per * nclients) * sizeof *all) : NULL;
     for (int i = 0; i < nclients; i++) {
         if (k[i].failed) {
@@ -462,6 +465,35 @@ static void server_ticks(PGconn *mon, long pid, long long *daemon, long long *ba
         *backends += t;
     }
     PQclear(r);
+}
+
+/* Context switches (voluntary and not) of every thread of a process; -1 when unreadable. */
+static long long ctx_switches(long pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return -1;
+    long long total = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char status[400], line[128];
+        snprintf(status, sizeof status, "/proc/%ld/task/%s/status", pid, de->d_name);
+        FILE *f = fopen(status, "r");
+        if (f == NULL)
+            continue; /* the thread ended */
+        long long n = 0;
+        while (fgets(line, sizeof line, f) != NULL)
+            if (sscanf(line, "voluntary_ctxt_switches: %lld", &n) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %lld", &n) == 1)
+                total += n;
+        fclose(f);
+    }
+    closedir(dir);
+    return total;
 }
 
 static long rss_kib(void)
@@ -606,7 +638,11 @@ static double series_median(size_t ci, rpc_op op, size_t field)
     double v[RPC_MAX_ROUNDS];
     for (int k = 0; k < opts.rounds; k++) {
         const rpc_result *r = &rounds[k][ci][op];
-        v[k] = field == 0 ? r->p50_us : field == 1 ? r->p99_us : field == 2 ? r->rps : r->cpu_us;
+        v[k] = field == 0   ? r->p50_us
+               : field == 1 ? r->p99_us
+               : field == 2 ? r->rps
+               : field == 3 ? r->cpu_us
+                            : r->cs;
     }
     return median(v, opts.rounds);
 }
@@ -622,17 +658,22 @@ static void run_round(int round, PGconn *mon, const rpc_op *ops, size_t nops)
             long pid = base ? opts.base_pid : opts.pid;
             long long d0, b0, d1, b1;
             server_ticks(mon, pid, &d0, &b0);
+            long long cs0 = ctx_switches(pid);
             rpc_result *r = &rounds[round][ci][op];
             *r = run_series(op, rpc_clients[ci], opts.requests, true);
+            long long cs1 = ctx_switches(pid);
             server_ticks(mon, pid, &d1, &b1);
             printf("%5d %-20s %8d %10.1f %10.1f %12.0f", round + 1, rpc_op_names[op],
                    rpc_clients[ci], r->p50_us, r->p99_us, r->rps);
             if (op == OP_CHECK || op == OP_GET || base) { /* server CPU per request */
                 r->cpu_us =
                     d0 >= 0 && d1 >= 0 ? (double)(d1 - d0) * tick_us / (double)opts.requests : -1.0;
+                r->cs = cs0 >= 0 && cs1 >= 0 ? (double)(cs1 - cs0) / (double)opts.requests : -1.0;
                 printf(" %14.1f", r->cpu_us);
-                if (b0 >= 0 && b1 >= 0)
-                    printf(" %14.1f", (double)(b1 - b0) * tick_us / (double)opts.requests);
+                printf(" %14.1f", b0 >= 0 && b1 >= 0
+                                      ? (double)(b1 - b0) * tick_us / (double)opts.requests
+                                      : -1.0);
+                printf(" %10.2f", r->cs);
             }
             printf("   (load %s)\n", load_average());
             fflush(stdout);
@@ -687,23 +728,23 @@ int main(int argc, char **argv)
     PGconn *mon = PQconnectdb(opts.pg);
     if (PQstatus(mon) != CONNECTION_OK)
         die("cannot connect to PostgreSQL");
-    printf("%5s %-20s %8s %10s %10s %12s %14s %14s\n", "round", "series", "clients", "p50 us",
-           "p99 us", "requests/s", "daemon cpu us", "pg cpu us");
+    printf("%5s %-20s %8s %10s %10s %12s %14s %14s %10s\n", "round", "series", "clients", "p50 us",
+           "p99 us", "requests/s", "daemon cpu us", "pg cpu us", "daemon cs");
     for (int k = 0; k < opts.rounds; k++)
         run_round(k, mon, ops, nops);
     PQfinish(mon);
     long rss_warm = rss_kib();
 
     printf("\nmedians of %d rounds\n", opts.rounds);
-    printf("%-20s %8s %10s %10s %12s %14s\n", "series", "clients", "p50 us", "p99 us", "requests/s",
-           "daemon cpu us");
+    printf("%-20s %8s %10s %10s %12s %14s %10s\n", "series", "clients", "p50 us", "p99 us",
+           "requests/s", "daemon cpu us", "daemon cs");
     for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++)
         for (size_t oi = 0; oi < nops; oi++) {
             rpc_op op = ops[oi];
             printf("%-20s %8d %10.1f %10.1f %12.0f", rpc_op_names[op], rpc_clients[ci],
                    series_median(ci, op, 0), series_median(ci, op, 1), series_median(ci, op, 2));
             if (op == OP_CHECK || op == OP_GET || op == OP_BASE_CHECK || op == OP_BASE_GET)
-                printf(" %14.1f", series_median(ci, op, 3));
+                printf(" %14.1f %10.2f", series_median(ci, op, 3), series_median(ci, op, 4));
             printf("\n");
         }
 
@@ -724,6 +765,10 @@ int main(int argc, char **argv)
             printf("  %d client%s: Check %.1f us vs base %.1f us (%.2f x); Get %.1f us vs base"
                    " %.1f us (%.2f x)\n",
                    rpc_clients[ci], rpc_clients[ci] == 1 ? " " : "s", c, bc, c / bc, g, bg, g / bg);
+            printf("             context switches per request: Check %.2f vs base %.2f; Get %.2f"
+                   " vs base %.2f\n",
+                   series_median(ci, OP_CHECK, 4), series_median(ci, OP_BASE_CHECK, 4),
+                   series_median(ci, OP_GET, 4), series_median(ci, OP_BASE_GET, 4));
         }
     }
 
