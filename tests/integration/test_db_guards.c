@@ -81,6 +81,7 @@
 #define ID_PAUSED    "guards.paused_v1"
 #define ID_RUNNING   "guards.running_v1"
 #define ID_COMPLETED "guards.completed_v1"
+#define ID_WATCHED   "guards.watched_v1" /* watch_writers = on: its watch and old_writer rows */
 #define REQUEST_ID   "guards-start-completed"
 
 #define ID_F_LIFECYCLE "fence.lifecycle_v1"
@@ -116,6 +117,17 @@ ITEMS_DEF(def_pending, ID_PENDING, "g_pending");
 ITEMS_DEF(def_paused, ID_PAUSED, "g_paused");
 ITEMS_DEF(def_running, ID_RUNNING, "g_running");
 ITEMS_DEF(def_completed, ID_COMPLETED, "g_completed");
+/* completed with its old-writer watch (schema version 10): one old write counted while it ran */
+static const bf_definition def_watched = {
+    .id = ID_WATCHED,
+    .table = "g_watched",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 10,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2, counter = t.counter + 1",
+    .watch_writers = BF_WATCH_ON,
+};
 ITEMS_DEF(def_id_a, ID_F_ID_A, "f_id_a");
 ITEMS_DEF(def_id_b, ID_F_ID_B, "f_id_b");
 ITEMS_DEF(def_over, ID_F_OVER, "f_over");
@@ -195,8 +207,8 @@ static const bf_definition def_cb_bound = {
 };
 
 static const bf_definition *const defs[] = {
-    &def_pending, &def_paused, &def_running, &def_completed, &def_lifecycle, &def_owner,
-    &def_cas,     &def_id_a,   &def_id_b,    &def_cb_old,    &def_cb_bound,  &def_over,
+    &def_pending, &def_paused, &def_running, &def_completed, &def_lifecycle, &def_owner,   &def_cas,
+    &def_id_a,    &def_id_b,   &def_cb_old,  &def_cb_bound,  &def_over,      &def_watched,
 };
 
 static const bf_actor operator_who = {.actor = "test-operator", .authority = "test"};
@@ -233,6 +245,10 @@ typedef struct guard_case {
 /* the progress of ID_COMPLETED's lifecycle validation (schema version 9), its worker's */
 #define SET_PROGRESS(set)                                                                          \
     "UPDATE buzz_backfill.validation_progress SET " set " WHERE backfill_id = '" ID_COMPLETED "'"
+/* the watch and the one old_writer row of ID_WATCHED (schema version 10) */
+#define SET_WATCH(set) "UPDATE buzz_backfill.watch SET " set " WHERE backfill_id = '" ID_WATCHED "'"
+#define SET_OLD_WRITER(set)                                                                        \
+    "UPDATE buzz_backfill.old_writer SET " set " WHERE backfill_id = '" ID_WATCHED "'"
 #define FIRST_AUDIT                                                                                \
     "(SELECT min(seq) FROM buzz_backfill.audit WHERE backfill_id = '" ID_COMPLETED "')"
 
@@ -471,6 +487,32 @@ static const guard_case guards[] = {
                .refused = {SET_PROGRESS("owner = repeat('o', 128)")},
                .legal = SET_PROGRESS("owner = repeat('o', 127)")),
 
+    /* ---- watch, old_writer: the old-writer watchdog's records, text bounded ---- */
+    /* watch_table_name_check: under 300 bytes (a quoted schema.table) */
+    CHECK_CASE("watch", "watch_table_name_check",
+               .refused = {SET_WATCH("table_name = repeat('t', 300)")},
+               .legal = SET_WATCH("table_name = repeat('t', 299)")),
+    /* watch_trigger_name_check: under 64 bytes, an identifier */
+    CHECK_CASE("watch", "watch_trigger_name_check",
+               .refused = {SET_WATCH("trigger_name = repeat('g', 64)")},
+               .legal = SET_WATCH("trigger_name = repeat('g', 63)")),
+    /* watch_mode_check: 'on' or 'heal' (an off watch has no row) */
+    CHECK_CASE("watch", "watch_mode_check",
+               .refused = {SET_WATCH("mode = 'off'"), SET_WATCH("mode = 'default'")},
+               .legal = SET_WATCH("mode = 'heal'")),
+    /* old_writer_application_name_check: under 256 bytes */
+    CHECK_CASE("old_writer", "old_writer_application_name_check",
+               .refused = {SET_OLD_WRITER("application_name = repeat('a', 256)")},
+               .legal = SET_OLD_WRITER("application_name = repeat('a', 255)")),
+    /* old_writer_client_addr_check: under 64 bytes */
+    CHECK_CASE("old_writer", "old_writer_client_addr_check",
+               .refused = {SET_OLD_WRITER("client_addr = repeat('c', 64)")},
+               .legal = SET_OLD_WRITER("client_addr = repeat('c', 63)")),
+    /* old_writer_role_name_check: under 256 bytes */
+    CHECK_CASE("old_writer", "old_writer_role_name_check",
+               .refused = {SET_OLD_WRITER("role_name = repeat('r', 256)")},
+               .legal = SET_OLD_WRITER("role_name = repeat('r', 255)")),
+
     /* ---- triggers ---- */
     /* guard_1_completed: a completed row's execution state never changes (every column of its
      * WHEN clause); what a revalidation records still may */
@@ -564,6 +606,7 @@ static int setup(void **state)
     bt_make_items(conn, "g_paused", 30);
     bt_make_items(conn, "g_running", 30);
     bt_make_items(conn, "g_completed", 20);
+    bt_make_items(conn, "g_watched", 20);
     bt_make_items(conn, "f_lifecycle", 30);
     bt_make_items(conn, "f_owner", 30);
     bt_make_items(conn, "f_cas", 40);
@@ -594,8 +637,24 @@ static int setup(void **state)
     assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
     assert_int_equal(bf_worker_run(w, true), BF_OK);
     bf_worker_free(w);
-    bf_engine_close(we);
     assert_int_equal(bt_get(op, ID_COMPLETED).state, BF_STATE_COMPLETED);
+
+    /* watched: started (its trigger installed), one old write of a row the batches then
+     * repair, completed (the watch removed, its record and the count kept) */
+    start(ID_WATCHED);
+    PGconn *old = bt_connect();
+    bt_exec(old, "SET application_name = 'guards-old-writer'");
+    bt_exec(old, "UPDATE g_watched SET val = val + 1 WHERE id = 5");
+    PQfinish(old);
+    assert_int_equal(bf_worker_new(&w, we, NULL), BF_OK);
+    assert_int_equal(bf_worker_run(w, true), BF_OK);
+    bf_worker_free(w);
+    assert_int_equal(bt_get(op, ID_WATCHED).state, BF_STATE_COMPLETED);
+    assert_int_equal(
+        bt_int(conn, "SELECT count(*) FROM buzz_backfill.old_writer WHERE backfill_id = '%s'",
+               ID_WATCHED),
+        1);
+    bf_engine_close(we);
 
     /* running: one batch committed, the claim held (lease 10 min) until teardown */
     start(ID_RUNNING);
