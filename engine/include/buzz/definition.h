@@ -131,9 +131,8 @@ typedef struct bf_definition {
     bf_retry_policy retry;
 
     /* the old-writer watchdog while this backfill runs (0: the daemon-wide setting); needs a
-     * declarative definition or a postcondition. Appended last: a module built before it
-     * existed is read as BF_WATCH_DEFAULT only if its definitions are zero-padded, so rebuild
-     * modules against this header. */
+     * declarative definition or a postcondition. It changed the struct's size: BF_MODULE_ABI 2
+     * refuses modules built against the earlier header. */
     bf_watch_mode watch_writers;
 } bf_definition;
 
@@ -165,7 +164,8 @@ long bf_txn_batch_rows(const bf_txn *txn);
  * Definitions modules: a shared object exports one symbol named BF_MODULE_SYMBOL of type
  * bf_module. The daemon dlopen()s it and adds every definition to its registry.
  */
-#define BF_MODULE_ABI    1
+/* 2: bf_definition gained watch_writers (a module built for 1 would be read past its end). */
+#define BF_MODULE_ABI    2
 #define BF_MODULE_SYMBOL "buzz_backfill_module"
 
 typedef struct bf_module {
