@@ -1,24 +1,36 @@
 /*
- * srv.h - the seams between the parts of buzz-backfilld. Each part owns one file pair:
+ * srv.h - the seams between the parts of buzz-backfilld. Each part owns one file pair, in a
+ * folder by concern:
  *
- *   auth.c       capability tokens -> srv_identity; per-method capability checks
+ * admin/ (the RPC services and what stands between them and the wire)
  *   dispatch.c   envelope, limits, deadline, method lookup through protoc-c service
  *                descriptors, authentication/authorization, audit of rejections, invoke, encode
  *   decode.c     the envelope read off the wire, NUL checks of strings, the decode budget
+ *   auth.c       capability tokens -> srv_identity; per-method capability checks
  *   reject.c     audit of unauthenticated rejections, coalesced under a flood
- *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
- *                per socket each with its own nng context and engine session; conns.c
- *                counts its connections under the caps per listener and per peer
+ *   session.c    a transport thread's engine session
  *   admin.c      the Admin service (ProtobufCService) over the engine API; its Preflight in
  *                admin_preflight.c
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
- *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
+ * transport/
+ *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
+ *                per socket each with its own nng context and engine session (serving in
+ *                transport_serve.c, the listener probe in transport_probe.c); conns.c counts
+ *                its connections under the caps per listener and per peer; canary.c probes
+ *                nng's reaper
+ * http/
  *   http.c       the optional HTTP listener: /metrics, /livez, /readyz on its own scrape thread
+ *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition
+ * configuration/
  *   config*.c    key = value file, environment, flags (config.c), the key table, checks,
  *                redaction and output (config_keys.c, config_check.c, config_redact.c,
- *                config_print.c)
- *   startup.c    the startup order of DESIGN.md; workers
+ *                config_print.c), throttle settings (config_throttle.c)
+ *   deffile.c    definition files (definitions_dir)
+ * (top)
+ *   log.c        the log, its levels and the monotonic clock
+ *   notify.c     the systemd notify protocol
+ *   startup.c    the startup order of DESIGN.md; workers; signals
  *   main.c       composes the above
  *
  * Threading: srv_context is built before serving starts and is read-only afterwards (except

@@ -23,7 +23,7 @@
  * ipc boundary authorizes token-less requests audited as "ipc uid=<uid>" with no invented
  * actor, while a bad token on the ipc listener is refused, not downgraded to boundary authority.
  *
- * Guard proved: the authentication and capability checks in server/src/dispatch.c
+ * Guard proved: the authentication and capability checks in server/src/admin/dispatch.c
  * dispatch_run() (srv_auth_authenticate, srv_auth_authorize) before any handler is invoked,
  * and dispatch_audit() of every refused audited method. Removing the authorize check lets the
  * role-only and read-only tokens start and pause backfills; removing the rejection audit leaves

@@ -31,7 +31,7 @@
  * so a Resume or Retry that recaptured the bound fails here (seen with a mutant that re-runs
  * the bound capture in actions.c's resume and retry transitions).
  *
- * Guards proved: the readiness inputs of server/src/readiness.c readiness_compute() (the
+ * Guards proved: the readiness inputs of server/src/admin/readiness.c readiness_compute() (the
  * schema check and, in automatic mode only, bf_gate()); the automatic start in
  * startup.c startup_start_required() only when auto_backfill is on; migrations only when
  * auto_migrate is on (startup_schema()); workers recovering started work in every mode.

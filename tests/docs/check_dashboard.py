@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """examples/grafana-dashboard.json is a valid dashboard over the daemon's real metrics: it
 parses, every query is valid PromQL (promtool check rules on a rules file made of them), and
-every buzz_backfill_* series it reads is one server/src/metrics.c exposes, scoped by the job and
+every buzz_backfill_* series it reads is one server/src/http/metrics.c exposes, scoped by the job and
 instance template variables.
 Usage: check_dashboard.py SOURCE_DIR PROMTOOL"""
 import json, os, re, subprocess, sys, tempfile
@@ -9,7 +9,7 @@ import json, os, re, subprocess, sys, tempfile
 src, promtool = sys.argv[1], sys.argv[2]
 with open(os.path.join(src, "examples/grafana-dashboard.json")) as f:
     dash = json.load(f)
-with open(os.path.join(src, "server/src/metrics.c")) as f:
+with open(os.path.join(src, "server/src/http/metrics.c")) as f:
     metrics_c = f.read()
 
 exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
@@ -21,7 +21,7 @@ for e in exprs:
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         # metrics.c names each metric once, without the prefix, as a string literal
         if '"%s"' % base[len("buzz_backfill_"):] not in metrics_c:
-            fail.append("%s: not a metric of server/src/metrics.c" % name)
+            fail.append("%s: not a metric of server/src/http/metrics.c" % name)
 # issue 19: job and instance template variables, and every series every panel reads is scoped by
 # both (a multi-daemon or multi-database Prometheus otherwise mixes them in every panel)
 variables = {v.get("name"): v for v in dash.get("templating", {}).get("list", [])}

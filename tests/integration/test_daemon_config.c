@@ -1,5 +1,5 @@
 /*
- * test_daemon_config.c - buzz-backfilld configuration (server/src/config.c) and its command
+ * test_daemon_config.c - buzz-backfilld configuration (server/src/configuration/config.c) and its command
  * line: precedence defaults < file < environment < flags, file syntax with quoting and
  * comments, unknown keys and malformed lines reported with file:line, invalid values reported
  * with their origin and never echoed, validation per command, and the redaction of the

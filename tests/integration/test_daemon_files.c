@@ -6,7 +6,7 @@
  * binary's check-config and run, are in test_daemon_config.c; the seam itself in
  * tests/unit/test_auth.c.)
  *
- * Guard proved: auth_file_private() in server/src/auth.c's loading of both files, on the
+ * Guard proved: auth_file_private() in server/src/admin/auth.c's loading of both files, on the
  * SIGHUP path (srv_auth_reload); without it the writable keys file retires the key in force
  * and the writable revocations revoke the token. And config.c config_check_file_mode() on the
  * same path: a configuration file group or others may write is refused by the reload.

@@ -1,5 +1,5 @@
 /*
- * test_definition_files.c - definition files (definitions_dir, server/src/deffile.c) through
+ * test_definition_files.c - definition files (definitions_dir, server/src/configuration/deffile.c) through
  * real buzz-backfilld processes, with no C module loaded.
  *
  *   run         a declarative file (uuid key, relay-style jsonb tags) and a SQL callback file

@@ -1,6 +1,6 @@
 /*
  * test_definition_reload.c - a new definition file joins a running buzz-backfilld on SIGHUP
- * (server/src/deffile.c srv_defdir_reload, engine/src/registry.c), through real daemons and the
+ * (server/src/configuration/deffile.c srv_defdir_reload, engine/src/registry.c), through real daemons and the
  * Admin API, with no C module loaded.
  *
  *   joins       the daemon (automatic mode, three workers) starts with one file, items.def; its

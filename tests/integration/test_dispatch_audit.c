@@ -7,7 +7,7 @@
  * unaudited methods write nothing, and a database that cannot be reached never turns a
  * rejection into anything else (the failure to audit is logged).
  *
- * Unauthenticated rejections go through the coalescing of server/src/reject.c: the first
+ * Unauthenticated rejections go through the coalescing of server/src/admin/reject.c: the first
  * SRV_REJECT_BURST of a window per (peer, action, reason) are written at once, a flood beyond
  * is counted and written as one row with count and window when the window closes, when the
  * table is full and when the dispatcher is freed; the counts always add up to the attempts.

@@ -6,7 +6,7 @@
  *
  * Guards proved (each was removed once, the suite rebuilt and seen to fail, then restored):
  * - test_unknown_field_flood_is_bounded: the envelope is read by a wire scan that materializes
- *   nothing (srv_envelope_scan in server/src/decode.c) and the body is decoded only after
+ *   nothing (srv_envelope_scan in server/src/admin/decode.c) and the body is decoded only after
  *   authentication, under a per-request allocator budget. Decoding the envelope with
  *   protobuf-c again raises the daemon's peak memory (VmHWM) by tens of MB per 1 MiB request
  *   of unknown fields; the test allows 16 MiB for four of them.

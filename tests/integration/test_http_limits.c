@@ -1,5 +1,5 @@
 /*
- * test_http_limits.c - the HTTP listener (server/src/http.c) against peers that abuse it: floods
+ * test_http_limits.c - the HTTP listener (server/src/http/http.c) against peers that abuse it: floods
  * of half-sent requests, a slowloris, an oversized request head, under a low descriptor limit.
  * Real daemons (tests/support/daemon.h) and raw sockets (tests/support/sp_peer.h, without the SP
  * handshake).

@@ -12,8 +12,8 @@
  *   - `buzzctl watch off ID` removes the trigger ("old-writer watch removed"), a second one
  *     answers "no old-writer watch was installed"; get still shows the counts.
  *
- * Guards proved (each seen failing with it removed): server/src/convert.c convert_old_writers
- * (no "old writer:" line), server/src/deffile.c's watch_writers field (start installs no
+ * Guards proved (each seen failing with it removed): server/src/admin/convert.c convert_old_writers
+ * (no "old writer:" line), server/src/configuration/deffile.c's watch_writers field (start installs no
  * trigger: "old writer:" missing, the trigger count 0).
  */
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /*
- * test_preflight_rpc.c - Admin.Preflight (server/src/admin_preflight.c) and `buzzctl preflight`
+ * test_preflight_rpc.c - Admin.Preflight (server/src/admin/admin_preflight.c) and `buzzctl preflight`
  * (client/src/buzzctl_preflight.c) against a real buzz-backfilld with three definition files:
  * pfr.items.good_v1 and pfr.items.other_v1 over a table keyed by its primary key, and
  * pfr.events.noindex_v1 over 20,000 rows whose key (ts, eid) is unique (eid is) but served by

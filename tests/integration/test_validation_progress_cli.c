@@ -16,7 +16,7 @@
  * "validating:  stopped at 50 rows checked, 0 need repair (silent <age>)" and list --wide
  * "stopped 50", never a validation running forever.
  *
- * Guards proved (each seen failing with it removed): server/src/convert.c
+ * Guards proved (each seen failing with it removed): server/src/admin/convert.c
  * convert_validation_progress (the Backfill message carries nothing: no "validating:" line),
  * client/src/buzzctl_ops.c ops_validate_watch's validating part of the progress line, and
  * client/src/projection.c project_validating's finished check (get keeps showing the figures

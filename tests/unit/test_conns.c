@@ -1,5 +1,5 @@
 /*
- * test_conns.c - the transport's connection accounting (server/src/conns.c): the cap per
+ * test_conns.c - the transport's connection accounting (server/src/transport/conns.c): the cap per
  * listener, the cap per peer over all listeners (IPv4, IPv6, uid and unknown peers are distinct
  * keys), release, requests in flight per connection, and unread connections handed out once
  * they are quiet. No nng, no database.

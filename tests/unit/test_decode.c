@@ -1,5 +1,5 @@
 /*
- * test_decode.c - request decoding off the wire (server/src/decode.c): the allocation-free
+ * test_decode.c - request decoding off the wire (server/src/admin/decode.c): the allocation-free
  * envelope scan, the NUL checks of string fields (envelope and bodies, repeated and nested
  * fields included), the ID lookup for the audit, and the allocator budget of a body's decode.
  *
