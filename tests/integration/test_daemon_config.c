@@ -1,6 +1,6 @@
 /*
- * test_daemon_config.c - buzz-backfilld configuration (server/src/configuration/config.c) and its command
- * line: precedence defaults < file < environment < flags, file syntax with quoting and
+ * test_daemon_config.c - buzz-backfilld configuration (server/src/configuration/config.c) and its
+ * command line: precedence defaults < file < environment < flags, file syntax with quoting and
  * comments, unknown keys and malformed lines reported with file:line, invalid values reported
  * with their origin and never echoed, validation per command, and the redaction of the
  * database password in check-config output (through the real binary as well as the function).

@@ -1,6 +1,6 @@
 /*
- * test_definition_files.c - definition files (definitions_dir, server/src/configuration/deffile.c) through
- * real buzz-backfilld processes, with no C module loaded.
+ * test_definition_files.c - definition files (definitions_dir, server/src/configuration/deffile.c)
+ * through real buzz-backfilld processes, with no C module loaded.
  *
  *   run         a declarative file (uuid key, relay-style jsonb tags) and a SQL callback file
  *               (mutate statements over bf_batch, a validate statement) are started through the
@@ -142,8 +142,8 @@ static int setup(void **state)
     pg = bd_suite_open("deffiles");
     bd_migrate(NULL);
     bt_install_barrier(pg);
-    snprintf(defs, sizeof defs, "%s/defs", bd_dir());
-    return mkdir(defs, 0755) == 0 ? 0 : -1;
+    snprintf(defs, sizeof defs, "%s", bd_defs_dir());
+    return 0;
 }
 
 static int teardown(void **state)
@@ -166,20 +166,13 @@ static bd_options opts(int lease_ms)
     bd_options o = bd_defaults();
     o.workers = 2;
     o.lease_ms = lease_ms;
-    static char extra[320];
-    snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
-    o.extra = extra;
+    o.extra = bd_defs_extra();
     return o;
 }
 
 static void start(bfc_client *c, const char *id)
 {
-    bd_control_resp *resp = NULL;
-    int st = bd_control(c, "Start", id, &resp);
-    if (st != BD_SC(OK))
-        fail_msg("Start %s: status %d: %s", id, st,
-                 resp && resp->detail ? resp->detail : "(no detail)");
-    bd_free(resp);
+    bd_control_ok(c, "Start", id);
 }
 
 /* The writer: the old way (inputs changed, derived NULL) and the new way (both right), on rows

@@ -1,7 +1,7 @@
 /*
  * test_definition_reload.c - a new definition file joins a running buzz-backfilld on SIGHUP
- * (server/src/configuration/deffile.c srv_defdir_reload, engine/src/registry.c), through real daemons and the
- * Admin API, with no C module loaded.
+ * (server/src/configuration/deffile.c srv_defdir_reload, engine/src/registry.c), through real
+ * daemons and the Admin API, with no C module loaded.
  *
  *   joins       the daemon (automatic mode, three workers) starts with one file, items.def; its
  *               backfill is started and waits at a barrier (an advisory lock the test holds)
@@ -148,8 +148,8 @@ static int setup(void **state)
     pg = bd_suite_open("defreload");
     bd_migrate(NULL);
     bt_install_barrier(pg);
-    snprintf(defs, sizeof defs, "%s/defs", bd_dir());
-    return mkdir(defs, 0755) == 0 ? 0 : -1;
+    snprintf(defs, sizeof defs, "%s", bd_defs_dir());
+    return 0;
 }
 
 static int teardown(void **state)
@@ -172,20 +172,13 @@ static bd_options opts(bool auto_backfill)
     bd_options o = bd_defaults();
     o.workers = 3;
     o.auto_backfill = auto_backfill;
-    static char extra[320];
-    snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
-    o.extra = extra;
+    o.extra = bd_defs_extra();
     return o;
 }
 
 static void start(bfc_client *c, const char *id)
 {
-    bd_control_resp *resp = NULL;
-    int st = bd_control(c, "Start", id, &resp);
-    if (st != BD_SC(OK))
-        fail_msg("Start %s: status %d: %s", id, st,
-                 resp && resp->detail ? resp->detail : "(no detail)");
-    bd_free(resp);
+    bd_control_ok(c, "Start", id);
 }
 
 static void test_new_file_joins(void **state)

@@ -5,7 +5,8 @@
  * with slow requests, and pump requests into connections they reset. Proper clients must stay
  * served, descriptors must come back, and SIGTERM must finish within the documented bound.
  *
- * Guards proved (each removal fails a test here; see server/src/transport/transport.c's design notes):
+ * Guards proved (each removal fails a test here; see server/src/transport/transport.c's design
+ * notes):
  * - test_slow_readers_do_not_hold_the_daemon: replies sent asynchronously from the socket's
  *   slot pool (transport_serve/transport_sent: a request thread never waits for a peer), the
  *   requests in flight per connection (SRV_TRANSPORT_IN_FLIGHT, which sizes that pool), and

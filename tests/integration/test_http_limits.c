@@ -1,8 +1,8 @@
 /*
- * test_http_limits.c - the HTTP listener (server/src/http/http.c) against peers that abuse it: floods
- * of half-sent requests, a slowloris, an oversized request head, under a low descriptor limit.
- * Real daemons (tests/support/daemon.h) and raw sockets (tests/support/sp_peer.h, without the SP
- * handshake).
+ * test_http_limits.c - the HTTP listener (server/src/http/http.c) against peers that abuse it:
+ * floods of half-sent requests, a slowloris, an oversized request head, under a low descriptor
+ * limit. Real daemons (tests/support/daemon.h) and raw sockets (tests/support/sp_peer.h, without
+ * the SP handshake).
  *
  * Guards proved (each removal fails a test here):
  * - test_flood_of_half_sent_requests: the cap per peer (SRV_HTTP_MAX_PER_PEER in http_accept)

@@ -13,8 +13,8 @@
  *     answers "no old-writer watch was installed"; get still shows the counts.
  *
  * Guards proved (each seen failing with it removed): server/src/admin/convert.c convert_old_writers
- * (no "old writer:" line), server/src/configuration/deffile.c's watch_writers field (start installs no
- * trigger: "old writer:" missing, the trigger count 0).
+ * (no "old writer:" line), server/src/configuration/deffile.c's watch_writers field (start installs
+ * no trigger: "old writer:" missing, the trigger count 0).
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -116,21 +116,10 @@ static int setup(void **state)
     pg = bd_suite_open("ow_cli");
     bd_migrate(NULL);
     bt_make_items(pg, "public.owc_items", 300);
-    char defs[256], path[300];
-    snprintf(defs, sizeof defs, "%s/defs", bd_dir());
-    if (mkdir(defs, 0755) != 0)
-        return -1;
-    snprintf(path, sizeof path, "%s/owc.def", defs);
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        return -1;
-    fputs(def_text, f);
-    fclose(f);
+    bd_def_file("owc.def", def_text);
     bd_options o = bd_defaults();
     o.workers = 0;
-    static char extra[320];
-    snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
-    o.extra = extra;
+    o.extra = bd_defs_extra();
     bd_start(&d, &o);
     bd_wait_registered(pg, 1);
     return 0;

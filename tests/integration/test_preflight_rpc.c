@@ -1,7 +1,7 @@
 /*
- * test_preflight_rpc.c - Admin.Preflight (server/src/admin/admin_preflight.c) and `buzzctl preflight`
- * (client/src/buzzctl_preflight.c) against a real buzz-backfilld with three definition files:
- * pfr.items.good_v1 and pfr.items.other_v1 over a table keyed by its primary key, and
+ * test_preflight_rpc.c - Admin.Preflight (server/src/admin/admin_preflight.c) and `buzzctl
+ * preflight` (client/src/buzzctl_preflight.c) against a real buzz-backfilld with three definition
+ * files: pfr.items.good_v1 and pfr.items.other_v1 over a table keyed by its primary key, and
  * pfr.events.noindex_v1 over 20,000 rows whose key (ts, eid) is unique (eid is) but served by
  * no index in key order.
  *
@@ -82,17 +82,6 @@ static const char noindex_def[] = "id = " NOINDEX "\n"
                                   "update_set = fixed = t.val * 2\n"
                                   "postcondition = t.fixed = t.val * 2\n";
 
-static void write_def(const char *dir, const char *name, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(chmod(path, 0644), 0);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -104,19 +93,15 @@ static int setup(void **state)
                 " SELECT timestamptz '2024-01-01 00:00:00+00' + (g / 25) * interval '1 s',"
                 "  decode(md5(g::text), 'hex'), g FROM generate_series(1, 20000) g;"
                 "ANALYZE pfr_events");
-    static char defs[256], extra[320];
-    snprintf(defs, sizeof defs, "%s/defs", bd_dir());
-    assert_int_equal(mkdir(defs, 0755), 0);
     /* registration order is the order of the directory's files by name */
-    write_def(defs, "1-good.def", good_def);
-    write_def(defs, "2-noindex.def", noindex_def);
-    write_def(defs, "3-other.def", other_def);
+    bd_def_file("1-good.def", good_def);
+    bd_def_file("2-noindex.def", noindex_def);
+    bd_def_file("3-other.def", other_def);
     snprintf(ch_dir, sizeof ch_dir, "%s", bd_dir());
     bd_options o = bd_defaults();
     o.auto_migrate = true;
     o.workers = 0;
-    snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
-    o.extra = extra;
+    o.extra = bd_defs_extra();
     bd_start(&d, &o);
     bd_wait_registered(pg, 3);
     return 0;

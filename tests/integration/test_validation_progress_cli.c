@@ -148,21 +148,10 @@ static int setup(void **state)
     bd_migrate(NULL);
     bt_install_barrier(pg);
     bt_make_items(pg, "public.vpc_items", 300);
-    char defs[256], path[300];
-    snprintf(defs, sizeof defs, "%s/defs", bd_dir());
-    if (mkdir(defs, 0755) != 0)
-        return -1;
-    snprintf(path, sizeof path, "%s/vpc.def", defs);
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        return -1;
-    fputs(def_text, f);
-    fclose(f);
+    bd_def_file("vpc.def", def_text);
     bd_options o = bd_defaults();
     o.workers = 1;
-    static char extra[320];
-    snprintf(extra, sizeof extra, "definitions_dir = '%s'", defs);
-    o.extra = extra;
+    o.extra = bd_defs_extra();
     bd_start(&d, &o);
     bd_wait_registered(pg, 1);
     return 0;

@@ -53,8 +53,8 @@ bf_err bt_standin(const bf_definition **out, const bf_definition *def, const cha
                   char *why, size_t why_len);
 /* A C mutation made of SQL statements only: runs each statement of arg (a NULL-terminated
  * array of strings) through bf_txn_exec() in order and returns the first error, as a definition
- * file's `mutate` statements do (server/src/configuration/deffile.c). A definition whose mutation is this one
- * has a definition file standing in for it in the files variant. */
+ * file's `mutate` statements do (server/src/configuration/deffile.c). A definition whose mutation
+ * is this one has a definition file standing in for it in the files variant. */
 bf_err bt_sql_mutate(bf_txn *txn, void *arg);
 /* The throttle (bf_config.throttle) of the engines made from now on; NULL (the default): none. */
 void bt_set_throttle(bf_throttle *t);

@@ -1,7 +1,7 @@
 /*
  * bt_files.h - the files variant of the conformance suites (prefix bt_files_): definition files
- * (docs/definitions.md, parsed by the daemon's own parser, server/src/configuration/deffile.c) standing in for
- * the suites' C definitions.
+ * (docs/definitions.md, parsed by the daemon's own parser, server/src/configuration/deffile.c)
+ * standing in for the suites' C definitions.
  *
  * BUZZ_CONFORMANCE_DEFINITIONS=files switches it on (ctest runs every conformance suite that
  * defines backfills a second time so, as <suite>_files). Then bt_registry() and the daemons of

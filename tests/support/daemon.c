@@ -130,6 +130,31 @@ const char *bd_dir(void)
     return bd.dir;
 }
 
+const char *bd_defs_dir(void)
+{
+    static char path[sizeof bd.dir + 8];
+    snprintf(path, sizeof path, "%s/defs", bd.dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        fail_msg("cannot create %s: %s", path, strerror(errno));
+    return path;
+}
+
+void bd_def_file(const char *name, const char *text)
+{
+    char path[sizeof bd.dir + 300];
+    snprintf(path, sizeof path, "%s/%s", bd_defs_dir(), name);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0 || chmod(path, 0644) != 0)
+        fail_msg("cannot write %s", path); /* 0644 whatever the umask: the daemon checks */
+}
+
+const char *bd_defs_extra(void)
+{
+    static char extra[sizeof bd.dir + 64];
+    snprintf(extra, sizeof extra, "definitions_dir = '%s'", bd_defs_dir());
+    return extra;
+}
+
 void bd_teardown(bool keep)
 {
     bd_kill_all();
@@ -715,6 +740,16 @@ int bd_control(bfc_client *c, const char *method, const char *id, bd_control_res
     req.id = (char *)id;
     return bd_call(c, &buzz__backfill__v1__admin__descriptor, method, &req.base,
                    (ProtobufCMessage **)out);
+}
+
+void bd_control_ok(bfc_client *c, const char *method, const char *id)
+{
+    bd_control_resp *resp = NULL;
+    int st = bd_control(c, method, id, &resp);
+    if (st != BD_SC(OK))
+        fail_msg("%s %s: status %d: %s", method, id, st,
+                 resp && resp->detail ? resp->detail : "(no detail)");
+    bd_free(resp);
 }
 
 int bd_validate(bfc_client *c, const char *id, bd_validate_resp **out)

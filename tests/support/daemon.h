@@ -55,6 +55,12 @@ void bd_setup(const char *name);
  * unless keep (a failed test: the logs stay for reading). */
 void bd_teardown(bool keep);
 const char *bd_dir(void);
+/* The suite's definitions directory, <bd_dir()>/defs, made on first use (0755: the daemon
+ * refuses one writable by group or others); bd_def_file writes text to a file in it; and
+ * bd_defs_extra is the configuration line that points a daemon at it (bd_options.extra). */
+const char *bd_defs_dir(void);
+void bd_def_file(const char *name, const char *text);
+const char *bd_defs_extra(void);
 
 /* A further fresh database on BUZZ_TEST_PG_URL; its conninfo (valid until bd_teardown). */
 const char *bd_db_new(const char *name);
@@ -159,6 +165,8 @@ int bd_call(bfc_client *c, const ProtobufCServiceDescriptor *svc, const char *me
             const ProtobufCMessage *in, ProtobufCMessage **out);
 /* Admin.<method>(ControlRequest{id}); Start, Pause, Resume, Retry. */
 int bd_control(bfc_client *c, const char *method, const char *id, bd_control_resp **out);
+/* bd_control that must answer OK; fails the test with the server's detail otherwise. */
+void bd_control_ok(bfc_client *c, const char *method, const char *id);
 int bd_validate(bfc_client *c, const char *id, bd_validate_resp **out);
 /* Admin.Get; fails the test unless OK. */
 bd_get_resp *bd_get(bfc_client *c, const char *id);

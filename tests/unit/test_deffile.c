@@ -1,10 +1,10 @@
 /*
- * test_deffile.c - definition files (server/src/configuration/deffile.c): every field of the declarative form
- * and the SQL callback form become the bf_definition a C module would declare; each bad file is
- * refused with a message naming the file, the line and the field; the directory and its files
- * must not be writable by group or others; two files cannot share a stable ID; a reload compares
- * by field, not by text. No database needed (the integration suite test_definition_files runs
- * the files through daemons).
+ * test_deffile.c - definition files (server/src/configuration/deffile.c): every field of the
+ * declarative form and the SQL callback form become the bf_definition a C module would declare;
+ * each bad file is refused with a message naming the file, the line and the field; the directory
+ * and its files must not be writable by group or others; two files cannot share a stable ID; a
+ * reload compares by field, not by text. No database needed (the integration suite
+ * test_definition_files runs the files through daemons).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -654,8 +654,8 @@ bf_err bf_watch_sweep(bf_engine *engine, int grace_s, int *removed_out);
  * is drained"), leaving no count behind. A probe that died is cleaned up by the next probe of
  * id, or swept after two hours. BF_ERR_DEFINITION: no postcondition to watch. */
 bf_err bf_watch_probe_start(bf_engine *engine, const char *id);
-bf_err bf_watch_probe_finish(bf_engine *engine, const char *id, bf_old_writers *out,
-                             char *report, size_t cap);
+bf_err bf_watch_probe_finish(bf_engine *engine, const char *id, bf_old_writers *out, char *report,
+                             size_t cap);
 
 /* ---- aggregate statistics (metrics) ----------------------------------------------------- */
 

@@ -300,8 +300,7 @@ static void admin_retry(admin_service *svc, const Buzz__Backfill__V1__ControlReq
 /* ---- WatchOff ---------------------------------------------------------------------------- */
 
 static void admin_watch_off(admin_service *svc, const Buzz__Backfill__V1__ControlRequest *in,
-                            Buzz__Backfill__V1__ControlResponse_Closure closure,
-                            void *closure_data)
+                            Buzz__Backfill__V1__ControlResponse_Closure closure, void *closure_data)
 {
     (void)svc;
     srv_call *call = SRV_CALL(closure_data);
