@@ -41,7 +41,7 @@ static void usage(FILE *f)
         "  ready [--wait DURATION]            readiness as the relay sees it\n"
         "  ready --wait-ready --timeout DURATION\n"
         "                                     wait until ready (init containers)\n"
-        "  dash [--interval SECONDS] [--once] the live dashboard\n"
+        "  dash [--interval DURATION] [--once] the live dashboard\n"
         "  token keygen|mint|inspect ...      capability tokens (see 'buzzctl token --help')\n"
         "  help [COMMAND]                     this help, or a command's\n"
         "\n"
@@ -130,14 +130,15 @@ static const struct {
               "default 5m) passes, riding over a server that is not up yet: exit 0 ready,\n"
               "8 still not ready, 6 never reached, 4 refused.\n"
               "example: buzzctl ready --wait-ready --timeout 5m\n"},
-    {"dash", "usage: buzzctl dash [--interval SECONDS] [--once]\n"
+    {"dash", "usage: buzzctl dash [--interval DURATION] [--once]\n"
              "The live dashboard: readiness banner, backfills with progress, rate (last 60 s of\n"
              "running time), ETA (~ estimate), claims, retries and errors; Enter for detail.\n"
              "Keys: S start, p pause, r resume, R retry, v validate (each asks y/n), / filter,\n"
              "s sort, ? help, q quit. A failed refresh keeps the last data, marked STALE.\n"
              "--once prints one frame as text (exit 0 when the data was fetched; with a\n"
-             "running backfill it reads twice, --interval apart (default 1), for its rate).\n"
-             "example: buzzctl dash --interval 2\n"},
+             "running backfill it reads twice, --interval apart (default 1s), for its rate).\n"
+             "--interval is a duration (500ms, 2s, 1m; a bare number is seconds), default 2s.\n"
+             "example: buzzctl dash --interval 2s\n"},
     {"token", "usage: buzzctl token keygen|mint|inspect ...\nCapability tokens; see "
               "'buzzctl token --help'.\nexample: buzzctl token inspect --token-file op.token\n"},
     {"help", "usage: buzzctl help [COMMAND]\nexample: buzzctl help list\n"},

@@ -212,14 +212,14 @@ static void dash_print_frame(const bfc_dash_frame *f)
 
 /* One frame as text. A rate needs two reads of a running backfill: when one runs, a second
  * refresh follows sample_s later (the frame shows the second). */
-static int dash_once(ctl *c, bfc_dash_model *m, long sample_s)
+static int dash_once(ctl *c, bfc_dash_model *m, int64_t sample_ms)
 {
     bf_err err = dash_refresh(c, m);
     bool running = false;
     for (size_t i = 0; i < m->n_rows; i++)
         running |= m->rows[i].state == BUZZ__BACKFILL__V1__STATE__RUNNING;
     if (err == BF_OK && running) {
-        ctl_sleep_ms(sample_s * 1000);
+        ctl_sleep_ms(sample_ms);
         err = dash_refresh(c, m);
     }
     int cols = 80;
@@ -269,14 +269,19 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"interval", required_argument, NULL, 'i'}, {"once", no_argument, NULL, '1'}, {0}};
-    long interval = 2;
+    int64_t interval_ms = 2000;
     bool once = false, interval_given = false;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (o == 'i') {
-            if ((interval = ctl_parse_long(optarg, 1, 3600)) < 0)
-                return ctl_usage_error(c, "dash: --interval: '%.40s' is not 1..3600 seconds",
-                                       optarg);
+            long long bare = 0;
+            interval_ms = ctl_parse_duration_ms(optarg, &bare);
+            if (interval_ms == -2)
+                interval_ms = bare * 1000; /* a bare number is seconds */
+            if (interval_ms < 100 || interval_ms > 3600000)
+                return ctl_usage_error(
+                    c, "dash: --interval: '%.40s' is not a duration of 100ms..1h (e.g. 2s)",
+                    optarg);
             interval_given = true;
         } else if (o == '1') {
             once = true;
@@ -292,7 +297,7 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
     static bfc_dash_model m;
     bfc_dash_init(&m, c->url);
     if (once)
-        return dash_once(c, &m, interval_given ? interval : 1);
+        return dash_once(c, &m, interval_given ? interval_ms : 1000);
     if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
         return ctl_usage_error(c, "dash: needs a terminal (use --once for one frame as text)");
     setlocale(LC_ALL, "");
@@ -317,7 +322,7 @@ int ctl_cmd_dash(ctl *c, int argc, char **argv)
         int64_t now = dash_now_us();
         if (now >= next) {
             (void)dash_refresh(c, &m);
-            next = dash_now_us() + interval * 1000000;
+            next = dash_now_us() + interval_ms * 1000;
         }
         dash_draw(&m);
         int ch = getch();

@@ -596,6 +596,23 @@ static void test_timeout_units(void **state)
             fail_msg("%s: exit %d, stderr:\n%s", bad[i][3], r.status, r.err);
         ctl_free(&r);
     }
+    /* dash --interval: the same durations (a bare number is seconds), 100ms..1h; a fraction is
+     * refused, a unit reaches the (unreachable) server: exit 6, not a usage error */
+    const char *dash[][7] = {
+        {"--url", "ipc:///nonexistent/x", "dash", "--once", "--interval", "0.5", NULL},
+        {"--url", "ipc:///nonexistent/x", "dash", "--once", "--interval", "50ms", NULL},
+        {"--url", "ipc:///nonexistent/x", "dash", "--once", "--interval", "200ms", NULL},
+        {"--url", "ipc:///nonexistent/x", "dash", "--once", "--interval", "1", NULL},
+    };
+    const int dash_status[] = {2, 2, 6, 6};
+    for (size_t i = 0; i < sizeof dash / sizeof dash[0]; i++) {
+        ctl_run r;
+        ctl_run_all(&r, dash[i]);
+        if (r.status != dash_status[i] ||
+            (r.status == 2 && strstr(r.err, "is not a duration of 100ms..1h") == NULL))
+            fail_msg("dash --interval %s: exit %d, stderr:\n%s", dash[i][5], r.status, r.err);
+        ctl_free(&r);
+    }
 }
 
 /* Usage errors name the command ("buzzctl list: ..."), or are "buzzctl: ..." before there is
