@@ -307,7 +307,7 @@ static void project_old_writers(const Buzz__Backfill__V1__Backfill *b, bfc_view 
                  o->writers == 2 ? "" : "s");
     if (o->has_healed && o->healed > 0)
         snprintf(healed, sizeof healed, ", %" PRId64 " healed", o->healed);
-    char raw[320];
+    char raw[512]; /* every part at its bound: no truncation */
     snprintf(raw, sizeof raw,
              "%" PRId64 " row%s since %s from application %s at %s (role %s), last %s UTC%s%s",
              o->rows, o->rows == 1 ? "" : "s", first, app, addr, role, last, more, healed);
