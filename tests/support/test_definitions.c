@@ -209,8 +209,19 @@ static void td_select(const char *name, size_t len, const char *revision)
     }
 }
 
-/* BUZZ_TEST_MANY: n generated definitions after the selected ones (they live as long as the
- * process: the module is never unloaded). */
+/* BUZZ_TEST_MANY: n generated definitions after the selected ones, freed when the module is
+ * unloaded (the registry dlclose()s it last, after it is done with every definition). */
+static const bf_definition **td_many_all;
+static bf_definition *td_many_defs;
+static char *td_many_ids;
+
+__attribute__((destructor)) static void td_many_free(void)
+{
+    free(td_many_all);
+    free(td_many_defs);
+    free(td_many_ids);
+}
+
 static void td_many(long n, const char *revision)
 {
     if (n < 1 || n > 100000)
@@ -245,6 +256,9 @@ static void td_many(long n, const char *revision)
     }
     buzz_backfill_module.definitions = all;
     buzz_backfill_module.count = have + (size_t)n;
+    td_many_all = all;
+    td_many_defs = defs;
+    td_many_ids = ids;
 }
 
 /* Runs when the daemon dlopen()s the module, before it reads buzz_backfill_module. */
