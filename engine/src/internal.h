@@ -338,7 +338,9 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM ot.first_seen) * 1000000)::bigint,"                                      \
     " (extract(epoch FROM ot.last_seen) * 1000000)::bigint"
 /* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
- * watchdog (w, ow: the totals, ot: the writer with the most rows). A
+ * watchdog (w, ow: the totals, ot: the writer with the most rows). Counts exist only under a
+ * watch row (watch.c records it with the trigger, never deletes it), so the two aggregates are
+ * gated on w: a row never watched (every read of Get and List by default) costs them nothing. A
  * locking read names b ("FOR UPDATE OF b"): v is the nullable side of the join. */
 #define BF_BACKFILL_FROM                                                                           \
     "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
@@ -347,11 +349,13 @@ const char *bf__error_class_name(bf_err err);
     " LEFT JOIN LATERAL (SELECT sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"     \
     "  count(DISTINCT (o.application_name, o.client_addr, o.role_name)) AS writers,"               \
     "  min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"                             \
-    "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id) ow ON true"                     \
+    "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id"                                 \
+    "  AND w.backfill_id IS NOT NULL) ow ON true"                                                  \
     " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name,"                   \
     "  sum(o.rows)::bigint AS rows, min(o.first_seen) AS first_seen,"                              \
     "  max(o.last_seen) AS last_seen FROM buzz_backfill.old_writer o"                              \
-    "  WHERE o.backfill_id = b.id GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"
+    "  WHERE o.backfill_id = b.id AND w.backfill_id IS NOT NULL"                                   \
+    "  GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"
 /* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
 void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
 /* watch.c: decode the watchdog's columns of BF_BACKFILL_COLUMNS, the first at col. */
