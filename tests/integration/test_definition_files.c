@@ -52,7 +52,6 @@
 
 static PGconn *pg;
 static PGconn *holder; /* holds the barriers; a failed test's is closed by test_teardown */
-static char defs[256];
 
 static const char events_def[] =
     "# the declarative form over a relay-style table (uuid key, jsonb tags)\n"
@@ -89,22 +88,13 @@ static const char items_def[] =
     "SQL\n"
     "validate_message = rows with a missing or wrong fixed\n";
 
+/* bd_def_file, then the mode a case needs (a writable file is refused) */
 static void write_def(const char *name, const char *text, mode_t mode)
 {
+    bd_def_file(name, text);
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", defs, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    snprintf(path, sizeof path, "%s/%s", bd_defs_dir(), name);
     assert_int_equal(chmod(path, mode), 0);
-}
-
-static void clear_defs(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -f '%s'/*.def", defs);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void make_tables(void)
@@ -142,7 +132,7 @@ static int setup(void **state)
     pg = bd_suite_open("deffiles");
     bd_migrate(NULL);
     bt_install_barrier(pg);
-    snprintf(defs, sizeof defs, "%s", bd_defs_dir());
+    (void)bd_defs_dir(); /* made before the first daemon reads it */
     return 0;
 }
 
@@ -231,7 +221,7 @@ static void test_run_with_writes_and_kill(void **state)
 {
     (void)state;
     make_tables();
-    clear_defs();
+    bd_defs_clear();
     write_def("events.def", events_def, 0644);
     write_def("items.def", items_def, 0600);
     holder = bt_connect();
@@ -287,7 +277,7 @@ static void test_validate_statement_fails_named(void **state)
 {
     (void)state;
     make_tables();
-    clear_defs();
+    bd_defs_clear();
     char wrong[sizeof items_def + 64];
     snprintf(wrong, sizeof wrong, "%s", items_def);
     char *two = strstr(wrong, "t.val * 2, applied");
@@ -326,21 +316,21 @@ static void assert_start_refused(const char *want)
 static void test_bad_syntax(void **state)
 {
     (void)state;
-    clear_defs();
+    bd_defs_clear();
     write_def("a.def", events_def, 0644);
     write_def("b.def", "id = rt.items.fixed_v1\ntable = rt.items\nbatch_size 100\n", 0644);
     char want[600];
     snprintf(want, sizeof want,
              "definitions: cannot load definition files: %s/b.def:3: syntax error: expected "
              "\"field = value\"",
-             defs);
+             bd_defs_dir());
     assert_start_refused(want);
 }
 
 static void test_unknown_field(void **state)
 {
     (void)state;
-    clear_defs();
+    bd_defs_clear();
     char text[sizeof items_def + 32];
     snprintf(text, sizeof text, "%sbatchsize = 10\n", items_def);
     write_def("items.def", text, 0644);
@@ -348,27 +338,27 @@ static void test_unknown_field(void **state)
     snprintf(want, sizeof want,
              "definitions: cannot load definition files: %s/items.def:16: unknown field "
              "\"batchsize\"",
-             defs);
+             bd_defs_dir());
     assert_start_refused(want);
 }
 
 static void test_writable_file(void **state)
 {
     (void)state;
-    clear_defs();
+    bd_defs_clear();
     write_def("items.def", items_def, 0664);
     char want[600];
     snprintf(want, sizeof want,
              "%s/items.def: the file is writable by group or others, and definitions hold SQL the "
              "daemon runs (chmod go-w)",
-             defs);
+             bd_defs_dir());
     assert_start_refused(want);
 }
 
 /* Start is refused with want in the detail; the row stays pending. */
 static void assert_start_refused_naming(const char *text, const char *id, const char *want)
 {
-    clear_defs();
+    bd_defs_clear();
     write_def("k.def", text, 0644);
     bd_options o = opts(30000);
     bd_daemon d;
@@ -413,7 +403,7 @@ static void test_changed_under_same_id(void **state)
 {
     (void)state;
     make_tables();
-    clear_defs();
+    bd_defs_clear();
     write_def("items.def", items_def, 0644);
     bd_options o = opts(30000);
     bd_daemon d;
@@ -429,7 +419,7 @@ static void test_changed_under_same_id(void **state)
     snprintf(want, sizeof want,
              "SIGHUP: %s/items.def: mutate: changed under the loaded stable ID " ITEMS_ID
              ": refused, the loaded definition stays",
-             defs);
+             bd_defs_dir());
     bd_wait_log(&d, want);
     /* the loaded definition runs */
     bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);

@@ -57,7 +57,6 @@
 
 static PGconn *pg;
 static PGconn *holder; /* holds the barrier; a failed test's is closed by test_teardown */
-static char defs[256];
 
 static const char items_def[] =
     "# the SQL callback form; the batch holding row 550 waits at the test's barrier\n"
@@ -99,24 +98,6 @@ static const char gate_def[] = "id = " GATE_ID "\n"
                                "update_set = fixed = t.val + 1, applied = t.applied + 1\n"
                                "postcondition = t.fixed IS NOT DISTINCT FROM t.val + 1\n";
 
-static void write_def(const char *name, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", defs, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(chmod(path, 0644), 0);
-}
-
-static void clear_defs(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -f '%s'/*.def", defs);
-    assert_int_equal(system(cmd), 0);
-}
-
 static void make_tables(void)
 {
     bt_exec(pg, "DROP SCHEMA IF EXISTS rl CASCADE");
@@ -148,7 +129,7 @@ static int setup(void **state)
     pg = bd_suite_open("defreload");
     bd_migrate(NULL);
     bt_install_barrier(pg);
-    snprintf(defs, sizeof defs, "%s", bd_defs_dir());
+    (void)bd_defs_dir(); /* made before the first daemon reads it */
     return 0;
 }
 
@@ -185,8 +166,8 @@ static void test_new_file_joins(void **state)
 {
     (void)state;
     make_tables();
-    clear_defs();
-    write_def("items.def", items_def);
+    bd_defs_clear();
+    bd_def_file("items.def", items_def);
     holder = bt_connect();
     bt_lock(holder, B_ITEMS);
     bt_lock(holder, B_GATE);
@@ -199,9 +180,9 @@ static void test_new_file_joins(void **state)
     start(c, ITEMS_ID);
     bt_wait_waiters(pg, B_ITEMS, 1); /* one worker waits inside a batch of items */
 
-    write_def("events.def", events_def);
-    write_def("gate.def", gate_def);
-    write_def("bad.def", "id = rl.bad_v1\ntable = rl.items\nbatch_size 100\n");
+    bd_def_file("events.def", events_def);
+    bd_def_file("gate.def", gate_def);
+    bd_def_file("bad.def", "id = rl.bad_v1\ntable = rl.items\nbatch_size 100\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     /* the summary comes last: every file was dealt with by then */
     bd_wait_log(&d, "SIGHUP: definitions directory checked: 4 files, 1 refused");
@@ -209,10 +190,10 @@ static void test_new_file_joins(void **state)
     snprintf(want, sizeof want,
              "SIGHUP: %s/events.def: definition " EVENTS_ID
              " registered and joined the running daemon",
-             defs);
+             bd_defs_dir());
     if (!bd_log_contains(&d, want) || !bd_log_contains(&d, "[definition.joined]"))
         fail_msg("the log lacks \"%s\" as definition.joined", want);
-    snprintf(want, sizeof want, "%s/bad.def:3: syntax error", defs);
+    snprintf(want, sizeof want, "%s/bad.def:3: syntax error", bd_defs_dir());
     if (!bd_log_contains(&d, want))
         fail_msg("the log lacks \"%s\"", want);
 
@@ -262,31 +243,31 @@ static void test_registered_differently_refused(void **state)
 {
     (void)state;
     make_tables();
-    clear_defs();
+    bd_defs_clear();
     /* an earlier daemon registered the ID with another mutation (factor 4) */
     char other[sizeof events_def + 16];
     snprintf(other, sizeof other, "%s", events_def);
     strstr(other, "t.val * 3, applied")[8] = '4';
     strstr(other, "t.val * 3\n")[8] = '4';
-    write_def("events.def", other);
+    bd_def_file("events.def", other);
     bd_options o = opts(false);
     bd_daemon d;
     bd_start(&d, &o);
     bd_wait_registered(pg, 1);
     bd_stop(&d);
 
-    clear_defs();
-    write_def("items.def", items_def);
+    bd_defs_clear();
+    bd_def_file("items.def", items_def);
     bd_start(&d, &o);
     bd_wait_registered(pg, 2);
-    write_def("events.def", events_def);
+    bd_def_file("events.def", events_def);
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     bd_wait_log(&d, "SIGHUP: definitions directory checked: 2 files, 1 refused");
     char want[600];
     snprintf(want, sizeof want,
              "SIGHUP: %s/events.def: new definition " EVENTS_ID
              " refused, it stays out (a later SIGHUP tries it again): could not register it: ",
-             defs);
+             bd_defs_dir());
     if (!bd_log_contains(&d, want) ||
         !bd_log_contains(&d, "was registered by a materially different definition"))
         fail_msg("the log lacks \"%s\" with bf_register's reason", want);

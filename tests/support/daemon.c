@@ -148,6 +148,14 @@ void bd_def_file(const char *name, const char *text)
         fail_msg("cannot write %s", path); /* 0644 whatever the umask: the daemon checks */
 }
 
+void bd_defs_clear(void)
+{
+    char cmd[sizeof bd.dir + 64];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/*.def", bd_defs_dir());
+    if (system(cmd) != 0)
+        fail_msg("cannot empty %s", bd_defs_dir());
+}
+
 const char *bd_defs_extra(void)
 {
     static char extra[sizeof bd.dir + 64];

@@ -56,10 +56,12 @@ void bd_setup(const char *name);
 void bd_teardown(bool keep);
 const char *bd_dir(void);
 /* The suite's definitions directory, <bd_dir()>/defs, made on first use (0755: the daemon
- * refuses one writable by group or others); bd_def_file writes text to a file in it; and
+ * refuses one writable by group or others); bd_def_file writes text to a file in it (0644),
+ * bd_defs_clear removes its files; and
  * bd_defs_extra is the configuration line that points a daemon at it (bd_options.extra). */
 const char *bd_defs_dir(void);
 void bd_def_file(const char *name, const char *text);
+void bd_defs_clear(void); /* every *.def of it removed */
 const char *bd_defs_extra(void);
 
 /* A further fresh database on BUZZ_TEST_PG_URL; its conninfo (valid until bd_teardown). */
