@@ -180,53 +180,15 @@ bf_err bf__key_unique(bf_engine *e, const bf_compiled *c)
 
 /* ---- registration ---------------------------------------------------------------------- */
 
-bf_err bf_register(bf_engine *e, const bf_definition *def)
+static bf_err register_chunk(bf_engine *e, const bf_definition *const *defs, size_t n,
+                             bf_err *errs);
+
+/* Why the fences of the registration upsert left def's row alone (register_chunk's
+ * BF_ERR_INCOMPATIBLE): other key types, or another definition's digest. */
+static bf_err register_refused(bf_engine *e, const bf_definition *def, const bf_compiled *c)
 {
-    if (e == NULL || def == NULL)
-        return BF_ERR_INVALID_ARGUMENT;
-    const bf_compiled *c = bf__registry_compiled(e->reg, def->id, NULL);
-    if (c == NULL || c->def != def)
-        return bf__diag(e, BF_ERR_INVALID_ARGUMENT, "definition is not in this registry");
-    bf_err err = bf__ensure_conn(e);
-    if (err != BF_OK)
-        return err;
-    char batch[16];
-    bf__format(batch, sizeof batch, "%d", def->batch_size);
-    const char *params[] = {
-        def->id,
-        c->key_types,
-        batch,
-        def->required ? "true" : "false",
-        def->description ? def->description : "",
-        def->owner ? def->owner : "",
-        def->revision ? def->revision : "",
-        c->digest,
-    };
-    /* Converges on one row per stable ID whatever the order or repetition. Metadata is
-     * last-registration-wins; lifecycle, bound, checkpoint and generation are never touched.
-     * A row whose key types differ cannot be interpreted by this definition, and one stored by
-     * a materially different definition (its digest, kept from the first registration) is not
-     * this definition's work: fail closed. */
     PGresult *r = NULL;
-    err = bf__exec(e, &r, "register definition",
-                   "INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
-                   " description, owner_meta, revision, definition_digest)"
-                   " VALUES ($1, $2, $3::integer, $4::boolean, $5, $6, $7, $8)"
-                   " ON CONFLICT (id) DO UPDATE SET batch_size = EXCLUDED.batch_size,"
-                   " required = EXCLUDED.required, description = EXCLUDED.description,"
-                   " owner_meta = EXCLUDED.owner_meta, revision = EXCLUDED.revision,"
-                   " definition_digest = coalesce(b.definition_digest, EXCLUDED.definition_digest),"
-                   " updated_at = clock_timestamp()"
-                   " WHERE b.key_types = EXCLUDED.key_types AND (b.definition_digest IS NULL"
-                   " OR b.definition_digest = EXCLUDED.definition_digest)"
-                   " RETURNING b.id",
-                   8, params);
-    if (err != BF_OK)
-        return err;
-    int n = PQntuples(r);
-    PQclear(r);
-    if (n == 1)
-        return BF_OK;
+    bf_err err;
     const char *kp[] = {def->id, c->key_types};
     if ((err = bf__exec(e, &r, "read key types",
                         "SELECT key_types = $2 FROM buzz_backfill.backfill WHERE id = $1", 2,
@@ -242,6 +204,27 @@ bf_err bf_register(bf_engine *e, const bf_definition *def)
                     "backfill %s was registered by a materially different definition (table,"
                     " key or SQL differ): a changed definition needs a new stable ID",
                     def->id);
+}
+
+bf_err bf_register(bf_engine *e, const bf_definition *def)
+{
+    if (e == NULL || def == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    const bf_compiled *c = bf__registry_compiled(e->reg, def->id, NULL);
+    if (c == NULL || c->def != def)
+        return bf__diag(e, BF_ERR_INVALID_ARGUMENT, "definition is not in this registry");
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
+    /* Converges on one row per stable ID whatever the order or repetition (register_many_sql,
+     * one row of it). Metadata is last-registration-wins; lifecycle, bound, checkpoint and
+     * generation are never touched. A row whose key types differ cannot be interpreted by this
+     * definition, and one stored by a materially different definition (its digest, kept from
+     * the first registration) is not this definition's work: fail closed. */
+    bf_err one = BF_OK;
+    if ((err = register_chunk(e, &def, 1, &one)) != BF_OK)
+        return err;
+    return one == BF_OK ? BF_OK : register_refused(e, def, c);
 }
 
 /* Append s to a text[] literal as one quoted element ("..." with " and \ escaped). */
