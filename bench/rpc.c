@@ -89,6 +89,7 @@ typedef struct rpc_opts {
     int rounds;
     long requests;     /* per measured series, over all clients */
     long rss_requests; /* for the memory check */
+    const char *only;  /* "check" or "get": that series of the daemon alone (for a profile) */
 } rpc_opts;
 
 static rpc_opts opts = {.requests = 20000, .rss_requests = 1000000, .rounds = 3};
@@ -545,7 +546,9 @@ static void usage(void)
 {
     printf("usage: rpc --url tcp://HOST:PORT --token-file FILE --pg CONNINFO --id STABLE_ID\n"
            "           --pid DAEMON_PID [--requests N] [--rss-requests N] [--rounds N]\n"
-           "           [--base-url tcp://HOST:PORT --base-pid PID]\n");
+           "           [--base-url tcp://HOST:PORT --base-pid PID] [--only check|get]\n"
+           "--only: the daemon serves that series alone (the echo and the pg read still run, in\n"
+           "this process and PostgreSQL), so a profile of the daemon is one kind of call\n");
 }
 
 static void parse(int argc, char **argv)
@@ -561,6 +564,7 @@ static void parse(int argc, char **argv)
         {"rounds", required_argument, NULL, 'R'},
         {"base-url", required_argument, NULL, 'b'},
         {"base-pid", required_argument, NULL, 'B'},
+        {"only", required_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -597,6 +601,9 @@ static void parse(int argc, char **argv)
         case 'B':
             opts.base_pid = strtol(optarg, NULL, 10);
             break;
+        case 'O':
+            opts.only = optarg;
+            break;
         case 'h':
             usage();
             exit(0);
@@ -607,7 +614,9 @@ static void parse(int argc, char **argv)
     }
     if (!opts.url || !opts.token || !opts.pg || !opts.id || opts.pid <= 0 ||
         opts.requests < RPC_MAX_CLIENTS || opts.rss_requests < 0 || opts.rounds < 1 ||
-        opts.rounds > RPC_MAX_ROUNDS || (opts.base_url != NULL) != (opts.base_pid > 0)) {
+        opts.rounds > RPC_MAX_ROUNDS || (opts.base_url != NULL) != (opts.base_pid > 0) ||
+        (opts.only != NULL && strcmp(opts.only, "check") != 0 && strcmp(opts.only, "get") != 0) ||
+        (opts.only != NULL && opts.base_url != NULL)) {
         usage();
         exit(2);
     }
@@ -716,13 +725,19 @@ int main(int argc, char **argv)
 
     rpc_op ops[OP_COUNT];
     size_t nops = 0;
-    ops[nops++] = OP_ECHO_CHECK;
-    ops[nops++] = OP_CHECK;
-    if (opts.base_url != NULL)
+    bool check = opts.only == NULL || strcmp(opts.only, "check") == 0;
+    bool get = opts.only == NULL || strcmp(opts.only, "get") == 0;
+    if (check) {
+        ops[nops++] = OP_ECHO_CHECK;
+        ops[nops++] = OP_CHECK;
+    }
+    if (check && opts.base_url != NULL)
         ops[nops++] = OP_BASE_CHECK;
-    ops[nops++] = OP_ECHO_GET;
-    ops[nops++] = OP_GET;
-    if (opts.base_url != NULL)
+    if (get) {
+        ops[nops++] = OP_ECHO_GET;
+        ops[nops++] = OP_GET;
+    }
+    if (get && opts.base_url != NULL)
         ops[nops++] = OP_BASE_GET;
     ops[nops++] = OP_PG;
     PGconn *mon = PQconnectdb(opts.pg);
@@ -752,10 +767,10 @@ int main(int argc, char **argv)
            load_average());
     int met = 0;
     for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
-        met += report_ratio(ci, OP_CHECK, OP_ECHO_CHECK);
-        met += report_ratio(ci, OP_GET, OP_ECHO_GET);
+        met += check ? report_ratio(ci, OP_CHECK, OP_ECHO_CHECK) : 0;
+        met += get ? report_ratio(ci, OP_GET, OP_ECHO_GET) : 0;
     }
-    printf("  goals met: %d of %d\n", met, 2 * RPC_CLIENT_COUNTS);
+    printf("  goals met: %d of %d\n", met, ((int)check + (int)get) * RPC_CLIENT_COUNTS);
     if (opts.base_url != NULL) {
         printf("\ndaemon CPU per request against the base daemon, medians of %d rounds\n",
                opts.rounds);

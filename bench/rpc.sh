@@ -10,7 +10,9 @@
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster),
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
-#              next to the first on the same database, and compared with it in every round).
+#              next to the first on the same database, and compared with it in every round),
+#              BUZZ_BENCH_PERF (a directory: instead of the series, profile the daemon with perf
+#              while it serves Check alone, then Get alone, and print where its CPU goes).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +20,7 @@ BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ID="demo.events.content_len_v1"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
@@ -99,5 +101,31 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
     "$(awk '/MemTotal/ {printf "%.0f GiB RAM", $2 / 1048576}' /proc/meminfo)," \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "server: $(psql -X -A -t "$SERVER_URL" -c 'SHOW server_version')"
-"$BUILD/bench/rpc" --url "tcp://127.0.0.1:$PORT" --token-file "$TMP/token" --pg "$DB_URL" \
-    --id "$ID" --pid "$DPID" "${BASE_ARGS[@]}" "$@"
+RPC=("$BUILD/bench/rpc" --url "tcp://127.0.0.1:$PORT" --token-file "$TMP/token" --pg "$DB_URL"
+    --id "$ID" --pid "$DPID")
+if [[ -z "${BUZZ_BENCH_PERF:-}" ]]; then
+    "${RPC[@]}" "${BASE_ARGS[@]}" "$@"
+    exit 0
+fi
+
+# The profile: each kind of call alone (rpc --only), one round, the daemon sampled by perf with
+# DWARF call graphs; bench/perf_breakdown.py sorts the samples by concern.
+command -v perf >/dev/null || { echo "rpc.sh: BUZZ_BENCH_PERF needs perf (linux-perf)" >&2; exit 1; }
+REQUESTS=20000
+HZ=2000
+for op in check get; do
+    out="$BUZZ_BENCH_PERF/daemon-$op.data"
+    mkdir -p "$BUZZ_BENCH_PERF"
+    perf record -q -F "$HZ" --call-graph dwarf,16384 -p "$DPID" -o "$out" 2>"$TMP/perf.log" &
+    PERF_PID=$!
+    sleep 1 # perf attaches asynchronously; the series' warm-up covers the rest
+    "${RPC[@]}" --only "$op" --rounds 1 --rss-requests 0 --requests "$REQUESTS"
+    kill -INT "$PERF_PID"
+    wait "$PERF_PID" || true
+    # the daemon served 2 series of REQUESTS after 500 warm-up requests per client (1 and 8)
+    echo
+    echo "profile of the daemon, $op alone ($out):"
+    perf script -i "$out" -F ip,sym,dso 2>/dev/null |
+        python3 "$ROOT/bench/perf_breakdown.py" --requests $((2 * REQUESTS + 4500)) --hz "$HZ"
+    echo
+done
