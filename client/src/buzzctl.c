@@ -14,6 +14,7 @@
 
 #include "buzz/client.h"
 #include "buzzctl.h"
+#include "client_conn.h"
 
 #ifndef BUZZ_VERSION
 #define BUZZ_VERSION "unknown"
@@ -216,34 +217,14 @@ static const struct {
 };
 
 /* The credential when no --token or --token-file was given: BUZZ_BACKFILL_TOKEN, else the
- * first line of the file BUZZ_BACKFILL_TOKEN_FILE names. A variable that is set but empty (an
- * unset variable expanded, a failed command substitution) is refused: the operator meant a
- * credential, and sending none could mean boundary authority instead. 0 or EXIT_USAGE. */
+ * first line of the file BUZZ_BACKFILL_TOKEN_FILE names (bfc_conn_env_token: the same rules
+ * as the desktop client). 0 or EXIT_USAGE. */
 static int main_env_token(ctl *c)
 {
-    const char *token = getenv("BUZZ_BACKFILL_TOKEN");
-    const char *file = getenv("BUZZ_BACKFILL_TOKEN_FILE");
-    if (token != NULL && file != NULL) {
-        fputs("buzzctl: BUZZ_BACKFILL_TOKEN and BUZZ_BACKFILL_TOKEN_FILE are both set: unset "
-              "one\n",
-              stderr);
+    char why[256];
+    if (bfc_conn_env_token(&c->token, why, sizeof why) != 0) {
+        fprintf(stderr, "buzzctl: %s\n", why);
         return EXIT_USAGE;
-    }
-    if (token != NULL) {
-        if (token[0] == '\0') {
-            fputs("buzzctl: BUZZ_BACKFILL_TOKEN is set but empty: set a token or unset it\n",
-                  stderr);
-            return EXIT_USAGE;
-        }
-        c->token = strdup(token);
-    } else if (file != NULL) {
-        const char *why = "it is empty: set a path or unset it";
-        if (file[0] == '\0' || (c->token = ctl_read_token_file(file, &why)) == NULL) {
-            char safe[160];
-            fprintf(stderr, "buzzctl: BUZZ_BACKFILL_TOKEN_FILE %s: %s\n",
-                    ctl_text(safe, sizeof safe, file, ""), why);
-            return EXIT_USAGE;
-        }
     }
     return EXIT_OK;
 }
@@ -289,7 +270,7 @@ int main(int argc, char **argv)
             free(c.token);
             token_given = true;
             const char *why = "";
-            if ((c.token = ctl_read_token_file(optarg, &why)) == NULL) {
+            if ((c.token = bfc_conn_read_token_file(optarg, &why)) == NULL) {
                 fprintf(stderr, "buzzctl: token file %s: %s\n", optarg, why);
                 return EXIT_USAGE;
             }
@@ -370,15 +351,15 @@ int main(int argc, char **argv)
         }
     }
     /* the server: --url, BUZZ_BACKFILL_URL, or the packaged socket when it exists */
-    char default_url[CTL_URL_MAX];
+    char default_url[BFC_CONN_URL_MAX];
     if (rc < 0 && (c.url == NULL || c.url[0] == '\0')) {
-        if (ctl_default_url(default_url, sizeof default_url))
+        if (bfc_conn_default_url(default_url, sizeof default_url))
             c.url = default_url;
         else
             rc = ctl_usage_error(&c,
                                  "%.20s: no server: pass --url or set BUZZ_BACKFILL_URL (no "
                                  "daemon socket at %.120s)",
-                                 sub[0], ctl_default_socket());
+                                 sub[0], bfc_conn_default_socket());
     }
     if (rc >= 0) {
         free(c.token);

@@ -1,7 +1,7 @@
 /*
  * buzzctl_common.c - what every buzzctl command shares (see buzzctl_common.h): the connection,
- * error reporting, times, durations and --timeout, whole numbers, the one-ID argument, the
- * token file and the default server. Nothing here knows a command or main.
+ * error reporting, times, durations and --timeout, whole numbers and the one-ID argument.
+ * Nothing here knows a command or main.
  */
 #include "buzzctl_common.h"
 
@@ -11,12 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include <json-c/json.h>
-#include <sodium.h>
-
 #include "buzz/backfill/v1/rpc.pb-c.h"
 #include "projection.h"
 
@@ -247,59 +244,4 @@ int ctl_need_id(ctl *c, int argc, char **argv, const char *cmd, const char **id)
         return ctl_usage_error(c, "%s: takes exactly one ID (see buzzctl %s --help)", cmd, cmd);
     *id = argv[1];
     return EXIT_OK;
-}
-
-#define TOKEN_FILE_MAX 8192
-
-/* Each refusal here would otherwise send a token other than the one in the file (a shorter
- * one, or none and so no credential at all), never a refusal the operator could understand. */
-char *ctl_read_token_file(const char *path, const char **why)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        *why = strerror(errno); /* "No such file or directory", "Permission denied" */
-        return NULL;
-    }
-    char *buf = calloc(1, TOKEN_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        *why = "out of memory";
-        return NULL;
-    }
-    size_t n = fread(buf, 1, TOKEN_FILE_MAX + 1, f);
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    char *token = NULL;
-    if (failed) {
-        *why = "could not read it (i/o error, or a directory)";
-    } else if (n > TOKEN_FILE_MAX) {
-        *why = "it is larger than 8 KiB: not a token file";
-    } else if (memchr(buf, '\0', n) != NULL) {
-        *why = "it holds a NUL byte";
-    } else {
-        buf[strcspn(buf, "\r\n")] = '\0';
-        if (buf[0] == '\0')
-            *why = "it is empty (its first line holds no token)";
-        else if ((token = strdup(buf)) == NULL)
-            *why = "out of memory";
-    }
-    sodium_memzero(buf, TOKEN_FILE_MAX + 1);
-    free(buf);
-    return token;
-}
-
-const char *ctl_default_socket(void)
-{
-    const char *env = getenv("BUZZ_BACKFILL_DEFAULT_SOCKET");
-    return env != NULL && env[0] != '\0' ? env : CTL_DEFAULT_SOCKET;
-}
-
-bool ctl_default_url(char *buf, size_t cap)
-{
-    const char *path = ctl_default_socket();
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISSOCK(sb.st_mode))
-        return false;
-    int n = snprintf(buf, cap, "ipc://%s", path);
-    return n > 0 && (size_t)n < cap;
 }

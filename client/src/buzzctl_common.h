@@ -1,8 +1,9 @@
 /*
  * buzzctl_common.h - what every buzzctl command uses (prefix ctl_), in buzzctl_common.c: the
  * invocation, the one way to call the server, error reporting (text or JSON), exit codes,
- * times and durations, the token file and the default server. The command files depend on
- * this header (and buzzctl_json.h); none of it depends on a command or on main.
+ * times and durations. The token file and the default server are client_conn.h (shared with
+ * the desktop client). The command files depend on this header (and buzzctl_json.h); none of
+ * it depends on a command or on main.
  */
 #ifndef BUZZ_BUZZCTL_COMMON_H
 #define BUZZ_BUZZCTL_COMMON_H
@@ -29,14 +30,6 @@ enum {
     EXIT_NOT_READY = 8,
     EXIT_CURRENT_STATE = 9,
 };
-
-/* The packaged ipc:// admin socket (packaging/buzz-backfilld.conf); buzzctl uses it when no
- * --url or BUZZ_BACKFILL_URL names a server and a socket exists at the path.
- * BUZZ_BACKFILL_DEFAULT_SOCKET names another path (tests, a non-standard install). */
-#ifndef CTL_DEFAULT_SOCKET
-#define CTL_DEFAULT_SOCKET "/run/buzz-backfill/admin.sock"
-#endif
-#define CTL_URL_MAX 300
 
 typedef struct ctl {
     const char *url;
@@ -86,15 +79,5 @@ int64_t ctl_now_ms(void); /* monotonic */
 long ctl_parse_long(const char *s, long lo, long hi);
 /* argv[1] as the one ID of cmd, or a usage error. */
 int ctl_need_id(ctl *c, int argc, char **argv, const char *cmd, const char **id);
-
-/* The token in a token file (--token-file, BUZZ_BACKFILL_TOKEN_FILE): its first line, caller
- * frees. NULL with a short reason in *why when the file cannot be read, is too large, holds a
- * NUL byte or has an empty first line. */
-char *ctl_read_token_file(const char *path, const char **why);
-/* The default server: "ipc://" and the packaged socket's path into buf when a socket exists
- * there; false (buf untouched) otherwise. */
-bool ctl_default_url(char *buf, size_t cap);
-/* The path ctl_default_url looks at. */
-const char *ctl_default_socket(void);
 
 #endif

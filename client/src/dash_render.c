@@ -161,7 +161,7 @@ static int render_id_width(const render_layout *l, int cols)
     return cols - fixed - 1;
 }
 
-static void render_progress(char *buf, size_t cap, const bfc_dash_row *r, bool narrow)
+void bfc_dash_row_progress(char *buf, size_t cap, const bfc_dash_row *r, bool narrow)
 {
     if (r->has_fraction && narrow) {
         if (r->state == BUZZ__BACKFILL__V1__STATE__COMPLETED)
@@ -276,6 +276,31 @@ static void render_id(char *buf, size_t cap, const render_ids *p, const char *id
     render_cell(buf, cap, cell, p->width, true);
 }
 
+/* The line under a row: what most needs saying about it (see dash_view.h). */
+bfc_dash_attr bfc_dash_row_note(char *buf, size_t cap, const bfc_dash_row *r)
+{
+    const bfc_view *v = &r->v;
+    if (v->waiting_worker) {
+        snprintf(buf, cap, "%s | retry %s | error %s", v->waiting, v->retry, v->error);
+        return BFC_DASH_ALERT;
+    }
+    if (v->has_old_writers) {
+        snprintf(buf, cap, "old writer: %s", v->old_writers);
+        return BFC_DASH_ALERT;
+    }
+    if (strcmp(v->slow, "-") != 0) {
+        snprintf(buf, cap, "claim %s | slow: %s", v->claim, v->slow);
+        return BFC_DASH_ALERT;
+    }
+    if (strcmp(v->validating, "-") != 0)
+        snprintf(buf, cap, "claim %s | validating: %s", v->claim, v->validating);
+    else if (strcmp(v->throttle, "-") != 0)
+        snprintf(buf, cap, "claim %s | throttled %s", v->claim, v->throttle);
+    else
+        snprintf(buf, cap, "claim %s | retry %s | error %s", v->claim, v->retry, v->error);
+    return BFC_DASH_PLAIN;
+}
+
 static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
 {
     size_t *idx = NULL;
@@ -302,7 +327,7 @@ static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
         const bfc_dash_row *r = &m->rows[idx[k]];
         char id[BFC_DASH_LINE], prog[48], prog_c[64], state[32], rate[32], eta[32], tail[80];
         render_id(id, sizeof id, &plan, r->v.id);
-        render_progress(prog, sizeof prog, r, narrow);
+        bfc_dash_row_progress(prog, sizeof prog, r, narrow);
         render_cell(prog_c, sizeof prog_c, prog, l->prog, true);
         render_cell(state, sizeof state, r->v.state, COL_STATE, true);
         render_cell(rate, sizeof rate, r->rate_text, COL_RATE, true);
@@ -316,22 +341,9 @@ static void render_table(render_ctx *c, const bfc_dash_model *m, int room)
                     : alert  ? BFC_DASH_ALERT
                              : BFC_DASH_PLAIN,
                     "%s %s %s %s%s", k == sel ? ">" : " ", id, state, prog_c, tail);
-        if (r->v.waiting_worker)
-            render_line(c, BFC_DASH_ALERT, "    %s | retry %s | error %s", r->v.waiting, r->v.retry,
-                        r->v.error);
-        else if (r->v.has_old_writers)
-            render_line(c, BFC_DASH_ALERT, "    old writer: %s", r->v.old_writers);
-        else if (strcmp(r->v.slow, "-") != 0)
-            render_line(c, BFC_DASH_ALERT, "    claim %s | slow: %s", r->v.claim, r->v.slow);
-        else if (strcmp(r->v.validating, "-") != 0)
-            render_line(c, BFC_DASH_PLAIN, "    claim %s | validating: %s", r->v.claim,
-                        r->v.validating);
-        else if (strcmp(r->v.throttle, "-") != 0)
-            render_line(c, BFC_DASH_PLAIN, "    claim %s | throttled %s", r->v.claim,
-                        r->v.throttle);
-        else
-            render_line(c, BFC_DASH_PLAIN, "    claim %s | retry %s | error %s", r->v.claim,
-                        r->v.retry, r->v.error);
+        char note[BFC_DASH_LINE];
+        bfc_dash_attr note_attr = bfc_dash_row_note(note, sizeof note, r);
+        render_line(c, note_attr, "    %s", note);
     }
     if (n == 0 && m->list_known && room > 0)
         render_line(c, BFC_DASH_PLAIN, "  (no backfill%s)", m->filter[0] ? " matches" : "");

@@ -219,6 +219,13 @@ typedef struct bfc_dash_frame {
 /* The screen for a rows x cols terminal (each line at most cols columns). */
 void bfc_dash_render(const bfc_dash_model *m, int rows, int cols, bfc_dash_frame *out);
 
+/* A row's PROGRESS cell: a bar and "~50%" (or "done") when computable, else the rows passed
+ * ("12,000 rows") or "unknown"; narrow: "~50%", "12k". The desktop client shows the same. */
+void bfc_dash_row_progress(char *buf, size_t cap, const bfc_dash_row *r, bool narrow);
+/* The line under a row (waiting for a worker, old writer, slow, validating, throttled, or
+ * claim, retry and error), without indent; BFC_DASH_ALERT when it needs attention. */
+bfc_dash_attr bfc_dash_row_note(char *buf, size_t cap, const bfc_dash_row *r);
+
 /* "12,000 rows" style helpers shared with list: a bar "[#####.....]" of width w (w >= 3). */
 void bfc_dash_bar(char *buf, size_t cap, double fraction, int w);
 
