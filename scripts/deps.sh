@@ -40,6 +40,16 @@ PACKAGES=(
     curl
     jq
     systemd
+    # buzz-backfill-desktop (GTK 4) and its test: a private X display; the accessibility bus
+    # and pyatspi for reading the window as assistive technologies do; a font for screenshots
+    libgtk-4-dev
+    xvfb
+    xauth
+    dbus
+    dbus-x11
+    at-spi2-core
+    python3-pyatspi
+    fonts-dejavu-core
 )
 
 usage()
