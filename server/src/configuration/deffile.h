@@ -37,6 +37,8 @@
 #include <stddef.h>
 
 #include "buzz/definition.h"
+#include <sys/stat.h>
+
 #include "buzz/engine.h"
 
 #define SRV_DEFFILE_SUFFIX ".def"
@@ -56,6 +58,12 @@ void srv_deffile_free(srv_deffile *f);
 
 const bf_definition *srv_deffile_definition(const srv_deffile *f);
 const char *srv_deffile_path(const srv_deffile *f);
+/* The line of the file's id field (0: none). */
+int srv_deffile_id_line(const srv_deffile *f);
+/* A file (dir false) or directory that may hold SQL the daemon runs: of that type, and not
+ * writable by group or others; BF_ERR_DEFINITION with the reason in diag otherwise. */
+bf_err srv_deffile_check_mode(const char *path, const struct stat *st, bool dir, char *diag,
+                              size_t cap);
 /* The first field whose value differs between a and b (a line of a file's text that is not a
  * field's value, such as a comment, is no difference), or NULL when they define the same. */
 const char *srv_deffile_differs(const srv_deffile *a, const srv_deffile *b);
