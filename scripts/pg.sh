@@ -525,13 +525,32 @@ side_stop()
     return 0
 }
 
-# side_start DIR LOG PORT NAME: start the cluster in DIR and print its URL
+# side_start DIR LOG PORT NAME [PORTFILE]: start the cluster in DIR and print its URL;
+# [PORTFILE]: rewritten with the port in use. Another run of this script on the same machine may
+# take the port between pick_port and the start (two test runs side by side): then the cluster
+# is started on another free port (appended to DIR/postgresql.conf, which overrides), at most 5
+# times, like the private cluster's own start. SIDE_PORT is the port in use afterwards.
+SIDE_PORT=""
 side_start()
 {
-    as_owner "$BINDIR/pg_ctl" start -D "$1" -l "$2" -w -t 60 >/dev/null ||
-        die "$4 start failed (log: $2)"
-    wait_ready "$3" || die "$4 not accepting connections (log: $2)"
-    url_for_port "$3"
+    local dir="$1" log="$2" port="$3" name="$4" portfile="${5:-}" attempt log_size
+    for ((attempt = 1; ; attempt++)); do
+        log_size=0
+        [[ -f "$log" ]] && log_size="$(stat -c %s "$log")"
+        as_owner "$BINDIR/pg_ctl" start -D "$dir" -l "$log" -w -t 60 >/dev/null && break
+        if ((attempt < 5)) && tail -c +"$((log_size + 1))" "$log" 2>/dev/null |
+            grep -E 'could not (bind|create listen socket)|Address already in use' >/dev/null; then
+            port="$(pick_port "" "$port")" || die "no free port for the $name"
+            note "the $name's port got taken, retrying on $port"
+            printf 'port = %s\n' "$port" | as_owner tee -a "$dir/postgresql.conf" >/dev/null
+            continue
+        fi
+        die "$name start failed (log: $log)"
+    done
+    [[ -z "$portfile" ]] || printf '%s\n' "$port" >"$portfile"
+    SIDE_PORT="$port"
+    wait_ready "$port" || die "$name not accepting connections (log: $log)"
+    url_for_port "$port"
 }
 
 # cmd_side_stop NAME DIR_UNDER_STATE
@@ -738,7 +757,9 @@ cmd_failover_start()
         grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
     } | as_owner tee -a "$PDATA/postgresql.conf" >/dev/null
     printf '%s\n' "$pport" >"$STATE/fo-primary.port"
-    side_start "$PDATA" "$STATE/fo-primary.log" "$pport" "failover primary" >/dev/null
+    side_start "$PDATA" "$STATE/fo-primary.log" "$pport" "failover primary" \
+        "$STATE/fo-primary.port" >/dev/null
+    pport="$SIDE_PORT"
     as_owner "$BINDIR/pg_basebackup" -D "$SDATA" -h 127.0.0.1 -p "$pport" -U postgres -R \
         -C -S buzz_failover -X stream -c fast -d "application_name=buzz_failover" \
         >"$STATE/fo-basebackup.log" 2>&1 || {
@@ -750,7 +771,8 @@ cmd_failover_start()
     printf 'port = %s\nhot_standby = on\n' "$sport" | as_owner tee -a "$SDATA/postgresql.conf" \
         >/dev/null
     printf '%s\n' "$sport" >"$STATE/fo-standby.port"
-    side_start "$SDATA" "$STATE/fo-standby.log" "$sport" "failover standby" >/dev/null
+    side_start "$SDATA" "$STATE/fo-standby.log" "$sport" "failover standby" \
+        "$STATE/fo-standby.port" >/dev/null
     local i state=""
     for ((i = 0; i < 300; i++)); do
         state="$("$BINDIR/psql" -h 127.0.0.1 -p "$pport" -U postgres -d postgres -qtAc \
@@ -1061,9 +1083,7 @@ cmd_tls_start()
         printf 'max_connections = 100\nlogging_collector = off\n'
         grep -E '^dynamic_shared_memory_type = mmap' "$DATA/postgresql.conf" || true
     } | as_owner tee -a "$TDIR/data/postgresql.conf" >/dev/null
-    as_owner "$BINDIR/pg_ctl" start -D "$TDIR/data" -l "$STATE/tls.log" -w -t 60 >/dev/null ||
-        die "TLS cluster start failed (log: $STATE/tls.log)"
-    wait_ready "$port" || die "TLS cluster not accepting connections (log: $STATE/tls.log)"
+    side_start "$TDIR/data" "$STATE/tls.log" "$port" "TLS cluster" >/dev/null
     tls_url "$TDIR"
 }
 
