@@ -4,6 +4,7 @@
 #   lib     libbuzz-backfill1     the engine's shared library
 #   client  libbuzz-backfill-client1  the client library (what a relay links for readiness)
 #   dev     libbuzz-backfill-dev  headers, pkg-config files, CMake package configuration
+#   desktop buzz-backfill-desktop the GTK 4 client, its .desktop file and icon (when built)
 # The version comes from project(VERSION) in the top-level CMakeLists.txt, and only from there.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -83,6 +84,15 @@ if(TARGET buzzctl)
           DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT ctl)
 endif()
 
+if(TARGET buzz-backfill-desktop)
+  install(TARGETS buzz-backfill-desktop RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+          COMPONENT desktop)
+  install(FILES ${PROJECT_SOURCE_DIR}/client/desktop/buzz-backfill-desktop.desktop
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/applications COMPONENT desktop)
+  install(FILES ${PROJECT_SOURCE_DIR}/client/desktop/buzz-backfill-desktop.svg
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/icons/hicolor/scalable/apps COMPONENT desktop)
+endif()
+
 # ---- man pages (scdoc), when scdoc is there ------------------------------------------------
 find_program(SCDOC scdoc)
 if(SCDOC)
@@ -107,7 +117,12 @@ if(SCDOC)
 endif()
 
 # ---- Debian packages ----------------------------------------------------------------------
-foreach(component daemon ctl lib client dev)
+set(BUZZ_COMPONENTS daemon ctl lib client dev)
+if(TARGET buzz-backfill-desktop)
+  list(APPEND BUZZ_COMPONENTS desktop)
+endif()
+foreach(component ${BUZZ_COMPONENTS})
+  set(name_desktop buzz-backfill-desktop)
   set(name_daemon buzz-backfilld)
   set(name_ctl buzzctl)
   set(name_lib libbuzz-backfill1)
@@ -133,7 +148,7 @@ set(CPACK_PACKAGE_CONTACT "buzz-backfill developers <maintainers@buzz-backfill.e
 # space (lines that already start with a space would be shown verbatim by apt).
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_STRIP_FILES ON)
-set(CPACK_COMPONENTS_ALL daemon ctl lib client dev)
+set(CPACK_COMPONENTS_ALL ${BUZZ_COMPONENTS})
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
@@ -160,6 +175,11 @@ set(CPACK_DEBIAN_CTL_PACKAGE_NAME buzzctl)
 set(CPACK_DEBIAN_CTL_PACKAGE_SECTION admin)
 set(CPACK_COMPONENT_CTL_DESCRIPTION
     "operator client of buzz-backfilld\nLists, starts, pauses, resumes, retries and validates backfills, checks\nreadiness and mints capability tokens.")
+
+set(CPACK_DEBIAN_DESKTOP_PACKAGE_NAME buzz-backfill-desktop)
+set(CPACK_DEBIAN_DESKTOP_PACKAGE_SECTION admin)
+set(CPACK_COMPONENT_DESKTOP_DESCRIPTION
+    "desktop client of buzz-backfilld (GTK 4)\nBackfills with progress, rate and ETA, their detail and audit, readiness as\nthe relay sees it, and the supported controls, each confirmed before it is\nsent; unknown and stale data are shown as such.")
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libbuzz-backfill1)
 set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)

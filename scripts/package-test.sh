@@ -27,6 +27,11 @@ die()
 ((EUID == 0)) || die "needs root (apt-get install/purge)"
 [[ -n "${BUZZ_TEST_PG_URL:-}" ]] || die "BUZZ_TEST_PG_URL is not set"
 shopt -s nullglob
+# buzz-backfill-desktop is built when gtk4 is there (BUZZ_DESKTOP=AUTO; scripts/deps.sh installs it)
+desktop_debs=("$ROOT"/build-pkg/buzz-backfill-desktop_*.deb)
+if ((${#desktop_debs[@]})); then
+    PKGS+=(buzz-backfill-desktop)
+fi
 debs=("$ROOT"/build-pkg/*.deb)
 ((${#debs[@]} == ${#PKGS[@]})) || die "expected ${#PKGS[@]} packages in build-pkg/ (run scripts/package.sh)"
 
@@ -109,6 +114,15 @@ cc -std=c11 -Wall -Werror -o "$work/use" "$work/use.c" $(pkg-config --cflags --l
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$work/relay_readiness" "$ROOT/examples/relay_readiness.c" \
     $(pkg-config --cflags --libs libbuzz-backfill-client)
+
+if [[ " ${PKGS[*]} " == *" buzz-backfill-desktop "* ]]; then
+    echo "--- the installed desktop client, its launcher and its icon"
+    /usr/bin/buzz-backfill-desktop --version
+    grep -qx 'Exec=buzz-backfill-desktop' /usr/share/applications/buzz-backfill-desktop.desktop ||
+        die "the desktop file does not start buzz-backfill-desktop"
+    [[ -f /usr/share/icons/hicolor/scalable/apps/buzz-backfill-desktop.svg ]] ||
+        die "the desktop client's icon is not installed"
+fi
 
 echo "--- check-config of the installed default configuration"
 BUZZ_BACKFILL_CONFIG="$CONF" /usr/sbin/buzz-backfilld check-config >/dev/null

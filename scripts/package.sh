@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the Debian packages (CPack) into build-pkg/: buzz-backfilld, buzzctl,
-# libbuzz-backfill1, libbuzz-backfill-dev; then run lintian on them.
+# libbuzz-backfill1, libbuzz-backfill-client1, libbuzz-backfill-dev and, when gtk4 is there,
+# buzz-backfill-desktop; then run lintian on them.
 set -euo pipefail
 
 PROG="${0##*/}"

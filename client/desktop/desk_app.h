@@ -44,6 +44,7 @@ typedef struct desk_app {
     /* connection */
     GtkWidget *conn_expander, *e_url, *e_token_file, *e_tls_ca, *e_tls_name, *conn_status;
     desk_conn conn;
+    bool conn_failing; /* the last snapshot had no connection or a refused credential */
     desk_worker *w;
     /* what the reader last saw */
     desk_snapshot *snap;

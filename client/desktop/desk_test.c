@@ -91,6 +91,60 @@ static const char *desk_test_shot(desk_app *a, const char *path)
     return err;
 }
 
+/* A screenshot waits for the next painted frame: only then is the layout of the latest
+ * changes done (a widget still to be allocated draws nothing). */
+typedef struct desk_test_pending_shot {
+    desk_app *a;
+    char *path;
+    gulong handler;
+    GdkFrameClock *clock;
+    int tries;
+} desk_test_pending_shot;
+
+static void desk_test_shot_done(desk_test_pending_shot *ps, const char *err)
+{
+    printf(err ? "error: %s\n" : "ok\n", err);
+    printf("END\n");
+    fflush(stdout);
+    g_free(ps->path);
+    g_free(ps);
+}
+
+static gboolean desk_test_shot_idle(gpointer data)
+{
+    desk_test_pending_shot *ps = data;
+    desk_test_shot_done(ps, desk_test_shot(ps->a, ps->path));
+    return G_SOURCE_REMOVE;
+}
+
+/* Right after a frame was painted (nothing can change the widgets in between); a frame
+ * whose layout still waits is followed by the next one, a few at most. */
+static void desk_test_after_paint(GdkFrameClock *clock, gpointer data)
+{
+    desk_test_pending_shot *ps = data;
+    const char *err = desk_test_shot(ps->a, ps->path);
+    if (err != NULL && ++ps->tries < 20) {
+        gtk_widget_queue_draw(ps->a->win);
+        return;
+    }
+    g_signal_handler_disconnect(clock, ps->handler);
+    desk_test_shot_done(ps, err);
+}
+
+static void desk_test_shot_later(desk_app *a, const char *path)
+{
+    desk_test_pending_shot *ps = g_new0(desk_test_pending_shot, 1);
+    ps->a = a;
+    ps->path = g_strdup(path);
+    ps->clock = gtk_widget_get_frame_clock(a->win);
+    if (ps->clock == NULL) {
+        g_idle_add(desk_test_shot_idle, ps);
+        return;
+    }
+    ps->handler = g_signal_connect(ps->clock, "after-paint", G_CALLBACK(desk_test_after_paint), ps);
+    gtk_widget_queue_draw(a->win);
+}
+
 static void desk_test_command(desk_app *a, char *line)
 {
     line[strcspn(line, "\r\n")] = '\0';
@@ -117,8 +171,8 @@ static void desk_test_command(desk_app *a, char *line)
         else
             gtk_list_box_select_row(GTK_LIST_BOX(a->list), GTK_LIST_BOX_ROW(r)), printf("ok\n");
     } else if (strcmp(line, "shot") == 0 && arg != NULL) {
-        const char *err = desk_test_shot(a, arg);
-        printf(err ? "error: %s\n" : "ok\n", err);
+        desk_test_shot_later(a, arg); /* answers, with its END, after the next frame */
+        return;
     } else if (strcmp(line, "set") == 0 && arg != NULL) {
         char *text = strchr(arg, ' ');
         if (text != NULL)

@@ -230,6 +230,12 @@ void desk_window_show_snapshot(desk_app *a, desk_snapshot *s)
     else
         snprintf(conn, sizeof conn, "%s", a->conn.url);
     desk_set_text(a->conn_status, conn);
+    /* no connection, or a refused credential: open the connection settings (once per
+     * failure, so that a person who closes them is not fought) */
+    bool failing = s->conn_err[0] != '\0' || s->who.kind == BFC_FETCH_UNAUTHENTICATED;
+    if (failing && !a->conn_failing)
+        gtk_expander_set_expanded(GTK_EXPANDER(a->conn_expander), TRUE);
+    a->conn_failing = failing;
     desk_set_alert(a->conn_status, s->conn_err[0] != '\0', false);
     desk_rows_update(a);
     desk_detail_update(a);
