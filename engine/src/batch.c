@@ -106,7 +106,7 @@ bf_err bf__batch_loop(bf_worker *w, int watch, loop_result *out, char *cp)
     bf__param_int(size, sizeof size, w->size);                 /* the keyset's LIMIT */
     bf__param_int(watched, sizeof watched, watch);
     bf__param_int(lease, sizeof lease, e->lease_ms);
-    bf__param_int(max, sizeof max, e->step_batches);
+    bf__param_int(max, sizeof max, w->step_batches > 0 ? w->step_batches : e->step_batches);
     bf__param_int(step_ms, sizeof step_ms, e->step_ms);
     /* integers only: these cannot be cut */
     bf__format(raise, sizeof raise, "SET statement_timeout = %lld",

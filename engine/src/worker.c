@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 
 #include "internal.h"
 #include "strbuf.h"
+#include "throttle_rate.h"
 #include "worker.h"
 
 static void worker_throttle_end(bf_worker *w);
@@ -249,6 +251,9 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
     w->slow_reason[0] = w->slow_value[0] = w->slow_written[0] = '\0';
     w->throttle_signal[0] = w->throttle_value[0] = '\0';
     w->checked_us = w->throttled_us = 0;
+    w->rate_checked_us = w->rate_written_us = 0;
+    w->rate_failed[0] = '\0';
+    w->step_batches = 0;
     w->extended_us = bf__monotonic_us();
     err = bf__key_field(e, w->bound, r, 0, 2);
     if (err == BF_OK)
@@ -838,11 +843,11 @@ static bf_err worker_throttle_wait(bf_worker *w, int64_t ms)
     }
 }
 
-/* Throttled: record signal and value, wait ms, report the step. */
-static bf_err step_throttled(bf_worker *w, const char *signal, const char *value, int64_t ms,
-                             bf_step_info *info)
+/* Throttled: record signal and row_value, wait ms, report the step with value. */
+static bf_err step_throttled_as(bf_worker *w, const char *signal, const char *row_value,
+                                const char *value, int64_t ms, bf_step_info *info)
 {
-    bf_err err = worker_observe(w, signal, value, false);
+    bf_err err = worker_observe(w, signal, row_value, false);
     if (err == BF_OK)
         err = worker_throttle_wait(w, ms);
     if (err == BF_ERR_STALE && !w->has_claim)
@@ -854,6 +859,12 @@ static bf_err step_throttled(bf_worker *w, const char *signal, const char *value
     bf__format(info->detail, sizeof info->detail, "throttled by %s: %s (waited %lld ms)", signal,
                value, (long long)ms);
     return BF_OK;
+}
+
+static bf_err step_throttled(bf_worker *w, const char *signal, const char *value, int64_t ms,
+                             bf_step_info *info)
+{
+    return step_throttled_as(w, signal, value, value, ms, info);
 }
 
 /* Before a step's batches: the health signals, at most every check_ms. *tripped: the step
@@ -879,7 +890,8 @@ static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_i
         w->checked_us = 0; /* check again right after the wait */
         return step_throttled(w, v.signal, v.value, v.wait_ms, info);
     }
-    if (w->throttle_signal[0] && strcmp(w->throttle_signal, "rate") != 0) {
+    if (w->throttle_signal[0] && strcmp(w->throttle_signal, "rate") != 0 &&
+        strcmp(w->throttle_signal, "latency") != 0) { /* the paces end after the batches */
         bf_err err = worker_observe(w, NULL, NULL, false);
         if (err == BF_ERR_STALE && !w->has_claim)
             return step_lost(w, info);
@@ -888,9 +900,57 @@ static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_i
     return BF_OK;
 }
 
+/* Before a step's batches, with a latency target: the controller's rate, its signal sampled at
+ * most every check_ms (throttle_rate.c). *rate: keys/s, 0 before the first sample. */
+static bf_err step_rate(bf_worker *w, const bf_throttle_config *cfg, double *rate,
+                        bf_step_info *info)
+{
+    *rate = 0;
+    bf_throttle *t = w->e->throttle;
+    int64_t now = bf__monotonic_us();
+    bf_rate_state st;
+    if (w->rate_checked_us != 0 && now - w->rate_checked_us < (int64_t)cfg->check_ms * 1000 &&
+        bf__rate_state(t, w->id, &st)) {
+        *rate = st.rate;
+        return BF_OK;
+    }
+    w->rate_checked_us = now;
+    double ms = NAN;
+    bool failed = false;
+    char window[64];
+    bf_err err = bf__rate_read(w->e, cfg->latency_sql, &ms, &failed, window, sizeof window);
+    if (err != BF_OK)
+        return step_failed(w, err, "", info);
+    /* a query that fails counts as above the target (a signal that cannot be read is not
+     * healthy), once per holdoff */
+    bf__copy(w->rate_failed, sizeof w->rate_failed, failed ? window : NULL);
+    bf_rate_law law;
+    bf__rate_law_of(cfg, &law);
+    bf__rate_sample(t, w->id, &law, failed ? INFINITY : ms, failed ? NULL : window, now, &st);
+    *rate = st.rate;
+    return BF_OK;
+}
+
+/* The row's value of the "latency" pace: "1200 keys/s, 31.2 ms (target 25 ms), 14 cuts". */
+static void worker_rate_value(bf_worker *w, const bf_throttle_config *cfg, char *buf, size_t cap)
+{
+    bf_rate_state st;
+    (void)bf__rate_state(w->e->throttle, w->id, &st);
+    char sig[40];
+    if (w->rate_failed[0])
+        bf__format(sig, sizeof sig, "query failed (%s)", w->rate_failed);
+    else if (isnan(st.signal_ms))
+        bf__copy(sig, sizeof sig, "unknown");
+    else
+        bf__format(sig, sizeof sig, "%.1f ms", st.signal_ms);
+    bf__format(buf, cap, "%.0f keys/s, %s (target %d ms), %llu cuts", st.rate, sig,
+               cfg->latency_target_ms, st.decreases);
+}
+
 /* After a step's batches: the next adaptive size from the time they took (halved when a batch
- * blocked lock_waiters or more sessions), then the rows-per-second ceilings. */
-static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
+ * blocked lock_waiters or more sessions), then the rows-per-second ceilings and the rate
+ * controller's pace (ctl_rate, 0: none), the lowest of them setting the wait. */
+static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg, double ctl_rate,
                                  const loop_result *done, int64_t started_us, bf_step_info *info)
 {
     int64_t elapsed_us = bf__monotonic_us() - started_us;
@@ -906,15 +966,35 @@ static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg,
                    cfg->lock_waiters);
         return step_throttled(w, "lock_waiters", value, cfg->wait_ms, info);
     }
-    double rate = 0;
-    int64_t wait_us = bf__throttle_pass(w->e->throttle, w->id, cfg->max_rows_per_second, done->rows,
-                                        started_us, &rate);
+    double def_rate = cfg->max_rows_per_second, rate = 0;
+    bool paced = ctl_rate > 0 && (def_rate <= 0 || ctl_rate < def_rate);
+    if (ctl_rate > 0)
+        bf__rate_pace(w->e->throttle, w->id, done->rows, elapsed_us);
+    if (paced)
+        def_rate = ctl_rate;
+    int64_t wait_us =
+        bf__throttle_pass(w->e->throttle, w->id, def_rate, done->rows, started_us, &rate);
+    if (wait_us > 1000 && paced && rate == def_rate) {
+        /* the controller sets the wait: its state in the row, at most once a second (the
+         * value changes with every sample) */
+        char value[64], row[64];
+        int64_t now = bf__monotonic_us();
+        worker_rate_value(w, cfg, value, sizeof value);
+        if (strcmp(w->throttle_signal, "latency") == 0 && now - w->rate_written_us < 1000000) {
+            bf__copy(row, sizeof row, w->throttle_value);
+        } else {
+            bf__copy(row, sizeof row, value);
+            w->rate_written_us = now;
+        }
+        return step_throttled_as(w, "latency", row, value, wait_us / 1000, info);
+    }
     if (wait_us > 1000) {
         char value[64];
         bf__format(value, sizeof value, "%.0f rows/s", rate);
         return step_throttled(w, "rate", value, wait_us / 1000, info);
     }
-    bool rate_ended = strcmp(w->throttle_signal, "rate") == 0;
+    bool rate_ended =
+        strcmp(w->throttle_signal, "rate") == 0 || strcmp(w->throttle_signal, "latency") == 0;
     bf_err err = worker_observe(w, rate_ended ? NULL : w->throttle_signal,
                                 rate_ended ? NULL : w->throttle_value, false);
     if (err == BF_ERR_STALE && !w->has_claim)
@@ -964,15 +1044,30 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         return err;
     bf_throttle *t = w->e->throttle;
     bf_throttle_config cfg;
-    char custom[BF_THROTTLE_SQL_MAX];
-    bf_throttle_get(t, w->id, &cfg, custom, sizeof custom);
+    char custom[BF_THROTTLE_SQL_MAX], latency[BF_THROTTLE_SQL_MAX];
+    bf__throttle_get(t, w->id, &cfg, custom, sizeof custom, latency, sizeof latency);
     int declared = w->c->def->batch_size;
     w->size = bf__size_clamp(&cfg, declared, w->size > 0 ? w->size : declared);
+    double ctl_rate = 0;
+    w->step_batches = 0;
     if (t != NULL) {
         bool tripped = false;
         err = step_health(w, &cfg, info, &tripped);
         if (err != BF_OK || tripped || !w->has_claim)
             return err;
+        if (cfg.latency_target_ms > 0) {
+            err = step_rate(w, &cfg, &ctl_rate, info);
+            if (err != BF_OK || !w->has_claim)
+                return err;
+        }
+    }
+    if (ctl_rate > 0) {
+        /* one batch a step, of at most the keys of BF_RATE_QUANTUM_MS at the rate: the pace's
+         * waits come often and short, not after a burst of step_ms at full speed */
+        double quantum = ctl_rate * BF_RATE_QUANTUM_MS / 1000.0;
+        int cap = quantum < 1 ? 1 : quantum > declared ? declared : (int)quantum;
+        w->size = bf__size_clamp(&cfg, declared, w->size < cap ? w->size : cap);
+        w->step_batches = 1;
     }
     loop_result done = {0};
     char cp[BF_KEY_TEXT_MAX] = "", detail[BF_DIAG_MAX] = "", start_cp[BF_KEY_TEXT_MAX] = "";
@@ -1025,7 +1120,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
     if (t == NULL)
         return BF_OK;
-    return step_after_batches(w, &cfg, &done, started_us, info);
+    return step_after_batches(w, &cfg, ctl_rate, &done, started_us, info);
 }
 
 static bf_err renew_gate(void *arg)

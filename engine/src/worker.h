@@ -47,6 +47,13 @@ struct bf_worker {
     /* when this worker last knew its claim extended (claimed, a fence committed, renewed): a
      * throttled worker renews once a third of the lease has passed since */
     int64_t extended_us;
+    /* the rate controller (throttle_rate.h): when this worker last sampled its signal and
+     * wrote the row's "latency" value (monotonic us), the failed query's SQLSTATE ("" when it
+     * answered), and the batches a step may commit (0: the engine's step_batches) */
+    int64_t rate_checked_us;
+    int64_t rate_written_us;
+    char rate_failed[8];
+    int step_batches;
     /* the time this claim's batches took, which the adaptive size is fitted to */
     bf_size_model sizing;
     /* collapse detection (throttle.c bf__slow_judge): this claim's recent steps, whether the

@@ -540,6 +540,23 @@ typedef struct bf_throttle_config {
                                    than BF_THROTTLE_SQL_MAX */
     int check_ms;               /* signals checked at most this often; 0: 1000 */
     int wait_ms;                /* a tripped signal's wait before the next check; 0: 1000 */
+    /* The rate controller (docs/throttling.md "holding a latency target"): while
+     * latency_target_ms is set, latency_sql is read at most every check_ms and the keys per
+     * second of the definition follow it, additive increase while the value is at or below the
+     * target, multiplicative decrease above it, within [rate_min, rate_max] and under
+     * max_rows_per_second. */
+    int latency_target_ms;   /* the value latency_sql should stay at or below (0: off) */
+    const char *latency_sql; /* one row: the relay's recent latency in ms (NULL: unknown, the
+                                rate holds) and optionally a second column naming the window it
+                                was measured in (a window seen before is not sampled again); an
+                                error counts as above the target; shorter than
+                                BF_THROTTLE_SQL_MAX */
+    double rate_min;         /* the controller's lowest rate, keys/s (0: 1) */
+    double rate_max;         /* its highest (0: twice the fastest pace the steps showed) */
+    double rate_increase;    /* keys/s added per second at or below the target (0: a tenth of
+                                the highest rate in force) */
+    int rate_decrease_pct;   /* share of the rate removed by a window above the target, 1..99
+                                (0: 50) */
 } bf_throttle_config;
 
 typedef struct bf_throttle bf_throttle;
@@ -561,6 +578,21 @@ bf_err bf_throttle_configure(bf_throttle *throttle, const bf_throttle_config *de
 /* The effective configuration of id (custom_sql copied into sql, sql_len bytes, or cut). */
 void bf_throttle_get(bf_throttle *throttle, const char *id, bf_throttle_config *out, char *sql,
                      size_t sql_len);
+
+/* What the rate controller of a definition does (bf_throttle_rate_get with its id), or of every
+ * definition of the process (id NULL: definitions counts them, rate is the sum, signal_ms the
+ * highest known). */
+typedef struct bf_throttle_rate {
+    int definitions;              /* controllers that sampled their signal */
+    double rate;                  /* keys per second now */
+    double signal_ms;             /* the last value of latency_sql; NAN when unknown */
+    unsigned long long decreases; /* windows above the target that lowered the rate */
+    unsigned long long increases; /* samples at or below it that raised the rate */
+} bf_throttle_rate;
+
+/* false (out zeroed, signal_ms NAN) when id's controller never sampled (or none did). A
+ * reconfiguration restarts every controller from rate_min. */
+bool bf_throttle_rate_get(bf_throttle *throttle, const char *id, bf_throttle_rate *out);
 
 /* ---- workers --------------------------------------------------------------------------- */
 

@@ -207,9 +207,9 @@ static const char *config_parse_line(const char *line, char *key, char *value)
 }
 
 /* The configuration file, as opened: a regular file that group and others cannot write. It
- * sets SQL the daemon runs (throttle_custom_sql), the database and the listeners, so a file
- * anyone can write hands the daemon to anyone (like the key files, config_check_file). Checked
- * on the open descriptor, for every command and every SIGHUP reload. */
+ * sets SQL the daemon runs (throttle_custom_sql, throttle_latency_sql), the database and the
+ * listeners, so a file anyone can write hands the daemon to anyone (like the key files,
+ * config_check_file). Checked on the open descriptor, for every command and every SIGHUP reload. */
 static bf_err config_check_file_mode(FILE *f, const char *path, char *diag, size_t cap)
 {
     struct stat st;
@@ -408,10 +408,13 @@ static bf_err config_overrides(srv_config *cfg, const config_raw *raw, char *dia
             memset(t, 0, sizeof *t);
             t->v = cfg->throttle;
             t->v.custom_sql = NULL;
+            t->v.latency_sql = NULL;
             snprintf(t->origin, sizeof t->origin, "%s", o->origin);
             if ((t->id = strdup(o->id)) == NULL ||
                 (cfg->throttle.custom_sql != NULL &&
-                 (t->v.custom_sql = strdup(cfg->throttle.custom_sql)) == NULL))
+                 (t->v.custom_sql = strdup(cfg->throttle.custom_sql)) == NULL) ||
+                (cfg->throttle.latency_sql != NULL &&
+                 (t->v.latency_sql = strdup(cfg->throttle.latency_sql)) == NULL))
                 return BF_ERR_NOMEM;
         }
         const key_def *d = &config_keys[o->k];
@@ -625,9 +628,11 @@ void srv_config_fini(srv_config *cfg)
     free(cfg->trusted_keys_file);
     free(cfg->revoked_tokens_file);
     free(cfg->throttle.custom_sql);
+    free(cfg->throttle.latency_sql);
     for (size_t i = 0; i < cfg->n_overrides; i++) {
         free(cfg->overrides[i].id);
         free(cfg->overrides[i].v.custom_sql);
+        free(cfg->overrides[i].v.latency_sql);
     }
     free(cfg->overrides);
     memset(cfg, 0, sizeof *cfg);

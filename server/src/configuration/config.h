@@ -25,7 +25,7 @@ typedef enum srv_command {
     SRV_CMD_PREFLIGHT,    /* bf_preflight each definition (or the IDs given), report, exit */
 } srv_command;
 
-#define SRV_CONFIG_KEYS       42 /* settings in the table */
+#define SRV_CONFIG_KEYS       48 /* settings in the table */
 #define SRV_CONFIG_ORIGIN_MAX 160
 #define SRV_CONFIG_LISTEN_MAX                                                                      \
     8 /* listeners (the transport's limit) */ /* "file /etc/buzz-backfilld.conf:12", "environment  \
@@ -45,6 +45,13 @@ typedef struct srv_throttle_values {
     int check_ms;
     int wait_ms;
     char *custom_sql; /* NULL: none */
+    /* the rate controller (docs/throttling.md "holding a latency target") */
+    int latency_target_ms;
+    char *latency_sql; /* NULL: none */
+    int rate_min;
+    int rate_max;
+    int rate_increase;
+    int rate_decrease_pct;
 } srv_throttle_values;
 
 typedef struct srv_throttle_override {

@@ -129,6 +129,27 @@ const key_def config_keys[SRV_CONFIG_KEYS] = {
      NOCOUNT},
     {"throttle_wait_ms", KT_INT, "1000", 1, 3600000, "MS",
      "How long a tripped signal waits before it is checked again.", F(throttle.wait_ms), NOCOUNT},
+    {"throttle_latency_target_ms", KT_INT, "0", 0, 600000, "MS",
+     "Rate controller: keep throttle_latency_sql's value at or below this many ms, raising the "
+     "keys per second while it is, cutting them when it is not (0: off).",
+     F(throttle.latency_target_ms), NOCOUNT},
+    {"throttle_latency_sql", KT_STRING, NULL, 0, 0, "SQL",
+     "Rate controller's signal: a query returning the relay's recent latency in ms (NULL: "
+     "unknown) and optionally its window; read at most every throttle_check_ms.",
+     F(throttle.latency_sql), NOCOUNT},
+    {"throttle_rate_min", KT_INT, "100", 1, 100000000, "N",
+     "Rate controller: the keys per second it never goes below.", F(throttle.rate_min), NOCOUNT},
+    {"throttle_rate_max", KT_INT, "0", 0, 100000000, "N",
+     "Rate controller: the keys per second it never goes above (0: twice the fastest pace the "
+     "backfill's steps showed).",
+     F(throttle.rate_max), NOCOUNT},
+    {"throttle_rate_increase", KT_INT, "0", 0, 100000000, "N",
+     "Rate controller: keys per second added per second at or below the target (0: a tenth of "
+     "the highest rate in force).",
+     F(throttle.rate_increase), NOCOUNT},
+    {"throttle_rate_decrease_pct", KT_INT, "50", 1, 99, "PERCENT",
+     "Rate controller: share of the rate a window above the target removes.",
+     F(throttle.rate_decrease_pct), NOCOUNT},
     {"daemon_max_rows_per_second", KT_INT, "0", 0, 100000000, "N",
      "Keys per second this process passes over all definitions (0: no ceiling).",
      F(daemon_max_rows_per_second), NOCOUNT},

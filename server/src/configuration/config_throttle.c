@@ -21,6 +21,12 @@ static bf_throttle_config config_throttle_engine(const srv_throttle_values *v)
         .custom_sql = v->custom_sql,
         .check_ms = v->check_ms,
         .wait_ms = v->wait_ms,
+        .latency_target_ms = v->latency_target_ms,
+        .latency_sql = v->latency_sql,
+        .rate_min = v->rate_min,
+        .rate_max = v->rate_max,
+        .rate_increase = v->rate_increase,
+        .rate_decrease_pct = v->rate_decrease_pct,
     };
 }
 

@@ -181,6 +181,7 @@ static char *http_metrics(srv_http *h, size_t *len)
     srv_metrics_scrape s;
     memset(&s, 0, sizeof s);
     s.auto_backfill = h->ctx.auto_backfill;
+    (void)bf_throttle_rate_get(h->ctx.engine_cfg.throttle, NULL, &s.rate);
     int64_t t0 = srv_now_us();
     srv_readiness_view v;
     srv_readiness_evaluate(&h->session, &v);

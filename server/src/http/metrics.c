@@ -41,7 +41,7 @@ typedef struct metrics_hist {
     atomic_ullong sum_us;
 } metrics_hist;
 
-#define METRICS_THROTTLE_SIGNALS 6
+#define METRICS_THROTTLE_SIGNALS 7
 #define METRICS_SLOW_REASONS     2
 
 /* A reason label: up to 8 bytes packed into the key (0: free slot). */
@@ -96,7 +96,7 @@ struct srv_metrics {
 
 /* The engine's throttle signals (bf_throttle_verdict.signal and "rate"): a bounded label. */
 static const char *const metrics_throttle_signals[METRICS_THROTTLE_SIGNALS] = {
-    "replica_lag", "lock_waiters", "xact_age", "xid_age", "custom", "rate"};
+    "replica_lag", "lock_waiters", "xact_age", "xid_age", "custom", "rate", "latency"};
 
 static const char *metrics_throttle_label(int i)
 {
@@ -535,6 +535,27 @@ static void metrics_render_scrape(metrics_buf *b, srv_metrics *m, const srv_metr
                      "unknown.");
         metrics_printf(b, "buzz_backfill_ready %d\n", s->ready);
     }
+    /* the rate controllers of this process (no label: an ID is no label; buzzctl get shows
+     * each definition's) */
+    metrics_head(b, "rate_controllers", "gauge",
+                 "Definitions whose rate controller (throttle_latency_target_ms) runs in this "
+                 "process.");
+    metrics_printf(b, "buzz_backfill_rate_controllers %d\n", s->rate.definitions);
+    metrics_head(b, "rate_controller_keys_per_second", "gauge",
+                 "Keys per second the rate controllers of this process allow, summed.");
+    metrics_printf(b, "buzz_backfill_rate_controller_keys_per_second %.1f\n", s->rate.rate);
+    if (s->rate.definitions > 0 && s->rate.signal_ms == s->rate.signal_ms) { /* not NaN */
+        metrics_head(b, "rate_controller_signal_ms", "gauge",
+                     "The highest last value of the rate controllers' latency query, ms.");
+        metrics_printf(b, "buzz_backfill_rate_controller_signal_ms %.3f\n", s->rate.signal_ms);
+    }
+    metrics_head(b, "rate_controller_changes_total", "counter",
+                 "Rate controller samples that raised the rate (at or below the target) or cut "
+                 "it (above).");
+    metrics_printf(b, "buzz_backfill_rate_controller_changes_total{direction=\"increase\"} %llu\n",
+                   s->rate.increases);
+    metrics_printf(b, "buzz_backfill_rate_controller_changes_total{direction=\"decrease\"} %llu\n",
+                   s->rate.decreases);
     if (!s->has_stats)
         return;
     const bf_stats *st = &s->stats;

@@ -48,9 +48,10 @@ void srv_metrics_auth_rejected(srv_metrics *m, bf_err err, const char *diag);
 typedef struct srv_metrics_scrape {
     bool has_stats; /* the statistics read succeeded */
     bf_stats stats;
-    bool auto_backfill;  /* the readiness gate is on (automatic mode) */
-    int ready;           /* 1 ready, 0 not ready, -1 unknown */
-    int64_t duration_us; /* the database reads of this scrape */
+    bool auto_backfill;    /* the readiness gate is on (automatic mode) */
+    int ready;             /* 1 ready, 0 not ready, -1 unknown */
+    int64_t duration_us;   /* the database reads of this scrape */
+    bf_throttle_rate rate; /* the process's rate controllers (bf_throttle_rate_get, id NULL) */
 } srv_metrics_scrape;
 
 /* The exposition into a malloc'd buffer (*out, *len; caller frees). */
