@@ -12,7 +12,9 @@
  * (never below the size whose per-key part is 4 times the fixed part). With time assumed
  * proportional to size (the rule before issue 16) the adaptive side halves its size every step
  * down to batch_min and passes a fifth of the keys per second of the fixed side; the test
- * requires at least 0.8 of it. Each side runs about 3 seconds; then the trigger is dropped,
+ * requires at least half of it (0.8 failed on a machine at load 12, where the measured time of
+ * a batch carries the wait for a CPU, 0.66x, with the adaptive size back at its ceiling by the
+ * end: the margin is for the host, the guard's failure is a fifth). Each side runs about 3 seconds; then the trigger is dropped,
  * both backfills finish and every row is checked to have been applied exactly once.
  */
 #include <setjmp.h>
@@ -128,7 +130,7 @@ static void test_adaptive_keeps_up_with_fixed(void **state)
                   " fixed %ld keys in %ld steps, %.0f keys/s: %.2fx\n",
                   keys[0], steps[0], rate[0], last_size, keys[1], steps[1], rate[1],
                   rate[0] / rate[1]);
-    assert_true(rate[0] >= 0.8 * rate[1]);
+    assert_true(rate[0] >= 0.5 * rate[1]);
 
     /* without the trigger both finish: every row applied exactly once */
     PGconn *c = bt_connect();
