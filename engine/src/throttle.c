@@ -19,6 +19,10 @@
  * it. Several workers share the schedules, so the ceiling holds over all of them. A ceiling
  * across daemons would need shared state in PostgreSQL; docs/throttling.md says to divide.
  *
+ * The rate controller (throttle_rate.c) keeps its state here, beside the definition's ceiling
+ * schedule: the worker that holds a definition's claim samples its signal and paces to its
+ * rate; a reconfiguration starts every controller again from its floor.
+ *
  * The signal check is one statement with a column per enabled signal (the disabled ones are
  * not even queried); values come from PostgreSQL's statistics views, so the database role needs
  * pg_monitor (or pg_read_all_stats) for other sessions' transactions and the replicas' replay
@@ -32,17 +36,22 @@
 
 #include "internal.h"
 #include "strbuf.h"
+#include "throttle_rate.h"
 
 typedef struct throttle_entry {
     char id[BF_ID_MAX + 1];
-    bf_throttle_config cfg; /* custom_sql points into sql */
+    bf_throttle_config cfg; /* custom_sql points into sql, latency_sql into lsql */
     char *sql;
+    char *lsql;
 } throttle_entry;
 
-/* A definition's ceiling: when its next key may pass. */
+/* A definition's ceiling (when its next key may pass) and its rate controller. */
 typedef struct throttle_schedule_entry {
     char id[BF_ID_MAX + 1];
     int64_t next_us;
+    bool sampled; /* the controller took a sample since the last reconfiguration */
+    bf_rate_state rate;
+    char window[64]; /* the window its last sample named ("" none) */
 } throttle_schedule_entry;
 
 struct bf_throttle {
@@ -71,8 +80,10 @@ bf_err bf_throttle_new(bf_throttle **out)
 
 static void throttle_entries_free(throttle_entry *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(v[i].sql);
+        free(v[i].lsql);
+    }
     free(v);
 }
 
@@ -81,6 +92,7 @@ void bf_throttle_free(bf_throttle *t)
     if (t == NULL)
         return;
     free(t->def.sql);
+    free(t->def.lsql);
     throttle_entries_free(t->over, t->n_over);
     free(t->rates);
     pthread_mutex_destroy(&t->mtx);
@@ -93,10 +105,24 @@ static bf_err throttle_check_config(const bf_throttle_config *c, const char *who
     if (c->batch_target_ms < 0 || c->batch_min < 0 || c->batch_max < 0 ||
         c->max_rows_per_second < 0 || !isfinite(c->max_rows_per_second) ||
         c->replica_lag_bytes < 0 || c->lock_waiters < 0 || c->xact_age_s < 0 ||
-        c->xid_age_pct < 0 || c->xid_age_pct > 100 || c->check_ms < 0 || c->wait_ms < 0)
+        c->xid_age_pct < 0 || c->xid_age_pct > 100 || c->check_ms < 0 || c->wait_ms < 0 ||
+        c->latency_target_ms < 0 || !(c->rate_min >= 0) || !isfinite(c->rate_min) ||
+        !(c->rate_max >= 0) || !isfinite(c->rate_max) || !(c->rate_increase >= 0) ||
+        !isfinite(c->rate_increase) || c->rate_decrease_pct < 0 || c->rate_decrease_pct > 99)
         return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
-                           "%s: throttle values must not be negative (xid_age_pct at most 100)",
+                           "%s: throttle values must not be negative (xid_age_pct at most 100,"
+                           " rate_decrease_pct at most 99)",
                            who);
+    if (c->rate_min > 0 && c->rate_max > 0 && c->rate_min > c->rate_max)
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: rate_min %.0f is above rate_max %.0f", who, c->rate_min,
+                           c->rate_max);
+    if (c->latency_target_ms > 0 && (c->latency_sql == NULL || c->latency_sql[0] == '\0'))
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: a latency target needs a latency query", who);
+    if (c->latency_sql != NULL && strlen(c->latency_sql) >= BF_THROTTLE_SQL_MAX)
+        return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
+                           "%s: the latency query is %d bytes or longer", who, BF_THROTTLE_SQL_MAX);
     if (c->batch_min > 0 && c->batch_max > 0 && c->batch_min > c->batch_max)
         return bf_diag_set(diag, len, BF_ERR_INVALID_ARGUMENT,
                            "%s: batch_min %d is above batch_max %d", who, c->batch_min,
@@ -115,11 +141,18 @@ static bf_err throttle_entry_set(throttle_entry *dst, const char *id, const bf_t
     bf__copy(dst->id, sizeof dst->id, id);
     dst->cfg = *src;
     dst->cfg.custom_sql = NULL;
+    dst->cfg.latency_sql = NULL;
     if (src->custom_sql != NULL && src->custom_sql[0] != '\0') {
         dst->sql = strdup(src->custom_sql);
         if (dst->sql == NULL)
             return BF_ERR_NOMEM;
         dst->cfg.custom_sql = dst->sql;
+    }
+    if (src->latency_sql != NULL && src->latency_sql[0] != '\0') {
+        dst->lsql = strdup(src->latency_sql);
+        if (dst->lsql == NULL)
+            return BF_ERR_NOMEM;
+        dst->cfg.latency_sql = dst->lsql;
     }
     return BF_OK;
 }
@@ -154,6 +187,7 @@ bf_err bf_throttle_configure(bf_throttle *t, const bf_throttle_config *def,
         err = throttle_entry_set(&fresh[i], override_ids[i], &overrides[i]);
     if (err != BF_OK) {
         free(fresh_def.sql);
+        free(fresh_def.lsql);
         throttle_entries_free(fresh, n);
         return err;
     }
@@ -165,8 +199,15 @@ bf_err bf_throttle_configure(bf_throttle *t, const bf_throttle_config *def,
     t->over = fresh;
     t->n_over = n;
     t->daemon_rate = daemon_rows_per_second;
+    for (size_t i = 0; i < t->n_rates; i++) { /* every controller starts again (its counts
+                                                 stay: they are the process's) */
+        t->rates[i].rate.rate = 0;
+        t->rates[i].rate.decreased = false;
+        t->rates[i].window[0] = '\0';
+    }
     pthread_mutex_unlock(&t->mtx);
     free(old_def.sql);
+    free(old_def.lsql);
     throttle_entries_free(old, old_n);
     return BF_OK;
 }
@@ -174,9 +215,17 @@ bf_err bf_throttle_configure(bf_throttle *t, const bf_throttle_config *def,
 void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, char *sql,
                      size_t sql_len)
 {
+    bf__throttle_get(t, id, out, sql, sql_len, NULL, 0);
+}
+
+void bf__throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, char *sql,
+                      size_t sql_len, char *latency, size_t latency_len)
+{
     memset(out, 0, sizeof *out);
     if (sql_len > 0)
         sql[0] = '\0';
+    if (latency_len > 0)
+        latency[0] = '\0';
     if (t == NULL)
         return;
     pthread_mutex_lock(&t->mtx);
@@ -186,8 +235,13 @@ void bf_throttle_get(bf_throttle *t, const char *id, bf_throttle_config *out, ch
             c = t->over[i].cfg;
     if (c.custom_sql != NULL && sql_len > 0)
         bf__copy(sql, sql_len, c.custom_sql);
+    if (c.latency_sql != NULL && latency_len > 0)
+        bf__copy(latency, latency_len, c.latency_sql);
     pthread_mutex_unlock(&t->mtx);
     c.custom_sql = sql_len > 0 && sql[0] ? sql : NULL;
+    c.latency_sql = latency_len > 0 && latency[0] ? latency : NULL;
+    if (c.latency_sql == NULL)
+        c.latency_target_ms = 0; /* no query (or no room for it): no controller */
     if (c.check_ms == 0)
         c.check_ms = 1000;
     if (c.wait_ms == 0)
@@ -334,14 +388,12 @@ int bf__size_next(const bf_throttle_config *cfg, int declared, int size, const b
     return next;
 }
 
-/* The schedule of id's ceiling (created on first use; NULL without memory). Locked. */
-static int64_t *throttle_schedule(bf_throttle *t, const char *id, double rate)
+/* id's entry (created on first use; NULL without memory). Locked. */
+static throttle_schedule_entry *throttle_slot(bf_throttle *t, const char *id)
 {
-    if (rate <= 0)
-        return NULL; /* no ceiling: nothing to schedule */
     for (size_t i = 0; i < t->n_rates; i++)
         if (strcmp(t->rates[i].id, id) == 0)
-            return &t->rates[i].next_us;
+            return &t->rates[i];
     if (t->n_rates == t->cap_rates) {
         size_t cap = t->cap_rates ? t->cap_rates * 2 : 8;
         throttle_schedule_entry *v = realloc(t->rates, cap * sizeof *v);
@@ -353,7 +405,87 @@ static int64_t *throttle_schedule(bf_throttle *t, const char *id, double rate)
     throttle_schedule_entry *e = &t->rates[t->n_rates++];
     memset(e, 0, sizeof *e);
     bf__copy(e->id, sizeof e->id, id);
-    return &e->next_us;
+    e->rate.signal_ms = NAN;
+    return e;
+}
+
+/* The schedule of id's ceiling (NULL without a ceiling or without memory). Locked. */
+static int64_t *throttle_schedule(bf_throttle *t, const char *id, double rate)
+{
+    if (rate <= 0)
+        return NULL; /* no ceiling: nothing to schedule */
+    throttle_schedule_entry *e = throttle_slot(t, id);
+    return e != NULL ? &e->next_us : NULL;
+}
+
+void bf__rate_sample(bf_throttle *t, const char *id, const bf_rate_law *law, double signal_ms,
+                     const char *window, int64_t now_us, bf_rate_state *out)
+{
+    memset(out, 0, sizeof *out);
+    out->signal_ms = NAN;
+    pthread_mutex_lock(&t->mtx);
+    throttle_schedule_entry *e = throttle_slot(t, id);
+    if (e != NULL) {
+        bool seen = window != NULL && window[0] && e->sampled && strcmp(window, e->window) == 0;
+        if (!seen) {
+            bf__rate_update(law, &e->rate, signal_ms, now_us);
+            e->sampled = true;
+            bf__copy(e->window, sizeof e->window, window);
+        }
+        *out = e->rate;
+    }
+    pthread_mutex_unlock(&t->mtx);
+}
+
+void bf__rate_pace(bf_throttle *t, const char *id, long keys, int64_t elapsed_us)
+{
+    pthread_mutex_lock(&t->mtx);
+    throttle_schedule_entry *e = throttle_slot(t, id);
+    if (e != NULL)
+        bf__rate_observe_pace(&e->rate, keys, elapsed_us);
+    pthread_mutex_unlock(&t->mtx);
+}
+
+bool bf__rate_state(bf_throttle *t, const char *id, bf_rate_state *out)
+{
+    memset(out, 0, sizeof *out);
+    out->signal_ms = NAN;
+    bool found = false;
+    pthread_mutex_lock(&t->mtx);
+    for (size_t i = 0; i < t->n_rates && !found; i++)
+        if (t->rates[i].sampled && t->rates[i].rate.rate > 0 && strcmp(t->rates[i].id, id) == 0) {
+            *out = t->rates[i].rate;
+            found = true;
+        }
+    pthread_mutex_unlock(&t->mtx);
+    return found;
+}
+
+bool bf_throttle_rate_get(bf_throttle *t, const char *id, bf_throttle_rate *out)
+{
+    if (out == NULL)
+        return false;
+    memset(out, 0, sizeof *out);
+    out->signal_ms = NAN;
+    if (t == NULL)
+        return false;
+    pthread_mutex_lock(&t->mtx);
+    for (size_t i = 0; i < t->n_rates; i++) {
+        const throttle_schedule_entry *e = &t->rates[i];
+        if (!e->sampled || (id != NULL && strcmp(e->id, id) != 0))
+            continue;
+        out->decreases += e->rate.decreases; /* counts survive a reconfiguration */
+        out->increases += e->rate.increases;
+        if (e->rate.rate <= 0)
+            continue; /* restarted and not sampled since (or turned off) */
+        out->definitions++;
+        out->rate += e->rate.rate;
+        if (!isnan(e->rate.signal_ms) &&
+            (isnan(out->signal_ms) || e->rate.signal_ms > out->signal_ms))
+            out->signal_ms = e->rate.signal_ms;
+    }
+    pthread_mutex_unlock(&t->mtx);
+    return out->definitions > 0;
 }
 
 /* Move a schedule by keys at rate: they began to pass at started_us (the step's start; a
