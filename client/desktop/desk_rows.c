@@ -39,9 +39,9 @@ static GtkWidget *desk_rows_header(void)
         const char *title;
         int width;
         bool expand;
-    } cols[] = {{"ID", 200, true},       {"STATE", 80, false}, {"PROGRESS", 150, false},
+    } cols[] = {{"ID", 180, true},       {"STATE", 80, false}, {"PROGRESS", 150, false},
                 {"RATE", 70, false},     {"ETA", 70, false},   {"THROTTLE", 90, false},
-                {"READINESS", 80, false}};
+                {"READINESS", 90, false}};
     GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
         GtkWidget *l = gtk_label_new(cols[i].title);
@@ -74,7 +74,7 @@ static void desk_row_build(desk_row *r, const char *id)
     char name[BFC_CELL + 8];
     snprintf(name, sizeof name, "row.%s", id);
     GtkWidget *line = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
-    r->id_l = desk_cell(name, "id", 200, true);
+    r->id_l = desk_cell(name, "id", 180, true);
     r->state = desk_cell(name, "state", 80, false);
     /* progress: a bar when computable, the rows passed (or "unknown") otherwise */
     GtkWidget *prog = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
@@ -92,7 +92,7 @@ static void desk_row_build(desk_row *r, const char *id)
     r->rate = desk_cell(name, "rate", 70, false);
     r->eta = desk_cell(name, "eta", 70, false);
     r->throttle = desk_cell(name, "throttle", 90, false);
-    r->gates = desk_cell(name, "gates", 80, false);
+    r->gates = desk_cell(name, "gates", 90, false);
     gtk_box_append(GTK_BOX(line), r->id_l);
     gtk_box_append(GTK_BOX(line), r->state);
     gtk_box_append(GTK_BOX(line), prog);

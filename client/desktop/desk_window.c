@@ -235,9 +235,13 @@ void desk_window_show_snapshot(desk_app *a, desk_snapshot *s)
     bool failing = s->conn_err[0] != '\0' || s->who.kind == BFC_FETCH_UNAUTHENTICATED;
     if (failing && !a->conn_failing)
         gtk_expander_set_expanded(GTK_EXPANDER(a->conn_expander), TRUE);
+    else if (!failing && a->conn_failing && s->whoami_known)
+        gtk_expander_set_expanded(GTK_EXPANDER(a->conn_expander), FALSE); /* connected now */
     a->conn_failing = failing;
     desk_set_alert(a->conn_status, s->conn_err[0] != '\0', false);
     desk_rows_update(a);
+    /* rows of a failed refresh stay, dimmed, under the STALE line */
+    gtk_widget_set_opacity(a->list, s->m.list_stale ? 0.6 : 1.0);
     desk_detail_update(a);
     desk_controls_update(a);
 }
@@ -466,7 +470,7 @@ GtkWidget *desk_window_new(desk_app *a)
     gtk_widget_set_size_request(scroll, 640, 300);
     gtk_paned_set_start_child(GTK_PANED(paned), scroll);
     gtk_paned_set_end_child(GTK_PANED(paned), desk_detail_new(a));
-    gtk_paned_set_position(GTK_PANED(paned), 780);
+    gtk_paned_set_position(GTK_PANED(paned), 800);
     gtk_widget_set_vexpand(paned, TRUE);
     gtk_box_append(GTK_BOX(top), paned);
     gtk_box_append(GTK_BOX(top), desk_controls_new(a));

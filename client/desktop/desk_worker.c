@@ -193,8 +193,13 @@ static void desk_reader_refresh(desk_worker *w, desk_reader *r)
         bfc_fetch_error_from(&fe, err, &st);
         snprintf(conn_err, sizeof conn_err, "%s", fe.text);
     }
-    bfc_dash_refresh(&r->m, r->c, err, &st, r->has_detail ? r->detail : NULL);
-    if (r->c != NULL) {
+    bf_err rerr = bfc_dash_refresh(&r->m, r->c, err, &st, r->has_detail ? r->detail : NULL);
+    bool silent = (rerr == BF_ERR_UNAVAILABLE || rerr == BF_ERR_TIMEOUT) &&
+                  r->m.ready_err.kind == r->m.list_err.kind;
+    if (r->c != NULL && silent) { /* nothing answers: the identity is as unknown as the rest */
+        r->who = r->m.ready_err;
+        r->whoami_stale = r->whoami_known;
+    } else if (r->c != NULL) {
         desk_reader_whoami(r);
     } else {
         bfc_fetch_error_from(&r->who, err, &st);

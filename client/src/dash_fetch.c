@@ -137,6 +137,17 @@ bf_err bfc_dash_refresh(bfc_dash_model *m, bfc_client *c, bf_err open_err,
                          &st, bfc_dash_now_us());
     if (out)
         protobuf_c_message_free_unpacked(out, NULL);
+    if (first != BF_OK && !st.answered &&
+        (first == BF_ERR_UNAVAILABLE || first == BF_ERR_TIMEOUT)) {
+        /* nothing answered: the other reads would only wait out their budgets too (a refresh
+         * of a stopped server took one budget per call before it showed STALE); they fail
+         * the same way now */
+        int64_t now = bfc_dash_now_us();
+        bfc_dash_apply_list(m, NULL, 0, false, first, &st, now);
+        if (detail_id != NULL)
+            bfc_dash_apply_detail(m, NULL, first, &st, NULL, first, now);
+        return first;
+    }
     bf_err err = fetch_list(m, c);
     if (first == BF_OK)
         first = err;

@@ -26,7 +26,9 @@ int64_t bfc_dash_now_us(void);
  * One refresh: Readiness.Check, every page of Admin.List (up to BFC_DASH_MAX_ROWS) and, when
  * detail_id is not NULL, Admin.Get and the audit tail of detail_id, each result (or failure)
  * applied to m at the time it arrived. c NULL: no connection could be opened; every read fails
- * with open_err and open_st (the last data stays, marked stale). Returns the first error.
+ * with open_err and open_st (the last data stays, marked stale); so does every read when
+ * Readiness.Check got no answer at all (unavailable or no answer in time), without waiting
+ * out a budget for each. Returns the first error.
  */
 bf_err bfc_dash_refresh(bfc_dash_model *m, bfc_client *c, bf_err open_err,
                         const bfc_status *open_st, const char *detail_id);
