@@ -1,11 +1,14 @@
 /*
  * canary.c - the relay's latency as the relay would report it, for bench/coexist.sh's
- * latency-target phase: one session runs a small read of pgbench_accounts every --every-ms,
- * times it, and every --window-ms writes the window's p99 (ms) into buzz_canary.health, the
- * one-row table a throttle_custom_sql reads (docs/throttling.md, "Yielding to the relay's own
- * latency"). On SIGTERM or SIGINT it prints the p99 of every probe it ran, in ms, and exits.
+ * latency-target phase: one session runs a small read every --every-ms (--probe accounts: a
+ * pgbench_accounts row; relay: an author's recent events in demo.events, as a relay's client
+ * asks), times it, and every --window-ms writes the window's p99 (ms) and its end into
+ * buzz_canary.health, the one-row table a throttle_custom_sql or throttle_latency_sql reads
+ * (docs/throttling.md). On SIGTERM or SIGINT it prints the p99 of every probe it ran and the
+ * 90th percentile of its windows' values, in ms, and exits.
  *
- * Usage: canary CONNINFO [--every-ms N] [--window-ms N]   (defaults 10 and 1000)
+ * Usage: canary CONNINFO [--every-ms N] [--window-ms N] [--probe accounts|relay]
+ *        (defaults 10, 1000 and accounts)
  */
 #include <errno.h>
 #include <libpq-fe.h>
@@ -15,7 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#define CANARY_MAX_PROBES 1000000
+#define CANARY_MAX_PROBES  1000000
+#define CANARY_MAX_WINDOWS 100000
 
 static volatile sig_atomic_t stopping;
 
@@ -38,14 +42,20 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The p99 of v[0..n) (sorts a copy into tmp). */
-static double p99(const double *v, size_t n, double *tmp)
+/* The pct-th percentile of v[0..n) (sorts a copy into tmp). */
+static double quantile(const double *v, size_t n, double *tmp, int pct)
 {
     if (n == 0)
         return 0;
     memcpy(tmp, v, n * sizeof *v);
     qsort(tmp, n, sizeof *tmp, cmp_double);
-    return tmp[(n * 99 + 99) / 100 - 1];
+    return tmp[(n * (size_t)pct + 99) / 100 - 1];
+}
+
+/* The p99 of v[0..n) (sorts a copy into tmp). */
+static double p99(const double *v, size_t n, double *tmp)
+{
+    return quantile(v, n, tmp, 99);
 }
 
 static int run(PGconn *c, const char *sql)
@@ -62,13 +72,23 @@ int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0) {
         fprintf(argc < 2 ? stderr : stdout,
-                "Usage: canary CONNINFO [--every-ms N] [--window-ms N]\n"
+                "Usage: canary CONNINFO [--every-ms N] [--window-ms N] [--probe accounts|relay]\n"
                 "Times a small read every N ms, writes each window's p99 into "
-                "buzz_canary.health, prints the p99 of all probes on SIGTERM.\n");
+                "buzz_canary.health, prints the p99 of all probes and the 90th percentile of "
+                "the windows' values on SIGTERM.\n");
         return argc < 2 ? 2 : 0;
     }
     long every = 10, window = 1000;
+    int relay = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--probe") == 0) {
+            if (strcmp(argv[i + 1], "relay") != 0 && strcmp(argv[i + 1], "accounts") != 0) {
+                fprintf(stderr, "canary: --probe is accounts or relay\n");
+                return 2;
+            }
+            relay = strcmp(argv[i + 1], "relay") == 0;
+            continue;
+        }
         char *end = NULL;
         errno = 0;
         long v = strtol(argv[i + 1], &end, 10);
@@ -103,7 +123,9 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     double *all = malloc(CANARY_MAX_PROBES * sizeof *all);
     double *tmp = malloc(CANARY_MAX_PROBES * sizeof *tmp);
-    if (all == NULL || tmp == NULL) {
+    double *wins = malloc(CANARY_MAX_WINDOWS * sizeof *wins);
+    size_t n_wins = 0;
+    if (all == NULL || tmp == NULL || wins == NULL) {
         fprintf(stderr, "canary: out of memory\n");
         return 1;
     }
@@ -111,19 +133,28 @@ int main(int argc, char **argv)
     double next = now_ms(), window_end = next + (double)window;
     unsigned seed = 1;
     while (!stopping && n < CANARY_MAX_PROBES) {
-        char sql[128];
-        snprintf(sql, sizeof sql, "SELECT abalance FROM pgbench_accounts WHERE aid = %d",
-                 1 + (int)(rand_r(&seed) % 1000000));
+        char sql[256];
+        if (relay)
+            snprintf(sql, sizeof sql,
+                     "SELECT id, created_at, kind FROM demo.events WHERE pubkey ="
+                     " sha256(convert_to('author:%d', 'UTF8')) ORDER BY created_at DESC LIMIT 20",
+                     (int)(rand_r(&seed) % 5000));
+        else
+            snprintf(sql, sizeof sql, "SELECT abalance FROM pgbench_accounts WHERE aid = %d",
+                     1 + (int)(rand_r(&seed) % 1000000));
         double t0 = now_ms();
         if (!run(c, sql))
             break;
         all[n++] = now_ms() - t0;
         if (now_ms() >= window_end) {
             char upd[128];
-            snprintf(upd, sizeof upd, "UPDATE buzz_canary.health SET p99_ms = %.3f, at = now()",
-                     p99(all + window_start, n - window_start, tmp));
+            double v = p99(all + window_start, n - window_start, tmp);
+            snprintf(upd, sizeof upd,
+                     "UPDATE buzz_canary.health SET p99_ms = %.3f, at = clock_timestamp()", v);
             if (!run(c, upd))
                 break;
+            if (n_wins < CANARY_MAX_WINDOWS)
+                wins[n_wins++] = v;
             window_start = n;
             window_end = now_ms() + (double)window;
         }
@@ -136,9 +167,10 @@ int main(int argc, char **argv)
             next = now_ms(); /* late: do not burst to catch up */
         }
     }
-    printf("%.2f\n", p99(all, n, tmp));
+    printf("%.2f %.2f\n", p99(all, n, tmp), quantile(wins, n_wins, tmp, 90));
     free(all);
     free(tmp);
+    free(wins);
     PQfinish(c);
     return 0;
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench/coexist.sh - does a backfill hurt the relay's own load, and does throttling help?
-# pgbench's TPC-B-like load runs against the same PostgreSQL server as a real buzz-backfilld
-# backfilling demo.events (examples/demo_definitions.c, demo.events.content_len_v1), each phase
-# on a fresh copy of one template database:
+# A relay-shaped pgbench load (--load-kind relay, the default: inserts of new events, reads of
+# an author's and of a kind's recent events, updates of a few existing rows, all on
+# demo.events, which carries a relay's two extra indexes) or pgbench's TPC-B-like load
+# (--load-kind tpcb, on its own tables) runs against the same PostgreSQL server as a real
+# buzz-backfilld backfilling demo.events (examples/demo_definitions.c,
+# demo.events.content_len_v1), each phase on a fresh copy of one template database:
 #
 #   capacity     pgbench flat out, to size the offered load (skipped with --load 0)
 #   none         pgbench alone at the offered load (the baseline)
@@ -16,31 +19,47 @@
 #   control      pgbench and a plain CPU burner in one PostgreSQL session, no backfill, using
 #                about the CPU the throttled backfill used (its backend and the daemon): what
 #                any consumer of that much CPU costs this machine's OLTP latency
-#   none+canary  pgbench alone with bench/canary beside it: a timed small read every 10 ms,
-#                each second's p99 written to buzz_canary.health (the relay reporting its own
-#                latency); its p99 over the phase is the canary's baseline
-#   latency      pgbench, the canary and the backfill with no ceiling but a latency target: a
-#                throttle_custom_sql that waits 200 ms while the canary's last second is above
-#                --latency-factor (1.25) times its baseline (docs/throttling.md)
+#   none+canary  pgbench alone with bench/canary beside it: a timed small read (an author's
+#                recent events; a pgbench_accounts row with tpcb) every 5 ms, each --window-ms
+#                (200) window's p99 written to buzz_canary.health (the relay reporting its own
+#                latency); the 90th percentile of those window values is the signal's baseline
+#   controller   pgbench, the canary and the backfill with no ceiling but the rate controller
+#                (throttle_latency_target_ms): target --latency-factor (1.25) times the signal's
+#                baseline, the signal read every 50 ms (docs/throttling.md "holding a latency
+#                target"); the rate it leaves is reported
+#
+# --pin (as root, with the server on this machine) emulates a database host whose relay load
+# leaves a core free: PostgreSQL's postmaster, its background processes and every backend it
+# forks (the OLTP sessions', the canary's) on CPU 0 with pgbench and the canary, and the
+# backfill's backends (pg_stat_activity.application_name buzz-backfill..., and the by-hand loop's
+# and the burner's sessions) and the daemon on CPU 1, re-pinned every half second; the placement
+# is printed for each phase and the server's processes get every CPU back at the end. Without
+# root (or taskset, or two CPUs) it says so and runs unpinned. During every phase
+# pg_stat_activity is sampled every 100 ms and the active sessions' wait events are summed by
+# group (relay, backfill, other): which shared resource sets the tail.
 #
 # The OLTP load is open (pgbench --rate at --load times the capacity phase's TPS, latency counted
 # from each transaction's scheduled start), as a relay's clients are: a closed loop of clients
 # flat out (--load 0) measures the CPU share the clients get, and any other consumer lowers it.
 # For each phase it prints OLTP TPS, p50 and p99 latency (pgbench's per-transaction log), the
 # backfill's keys per second, the machine's idle CPU and the CPU the backfill (or the burner)
-# used, then the goal's ratios: throttled p99 / baseline p99 (goal <= 1.25), throttled rate /
-# unthrottled rate (goal >= 0.5), and the by-hand and control p99 / baseline p99 beside them.
+# used, then the goal's ratios: unthrottled p99 / baseline p99 (the bench's sensitivity: it says
+# so when that is not clearly above 1), throttled p99 / baseline p99 (goal <= 1.25), throttled
+# rate / unthrottled rate (goal >= 0.5), the by-hand and control p99 / baseline p99 beside them,
+# and the controller's p99 / baseline p99 with the rate it left.
 # The CPU columns need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md
 # records runs.
 #
 # Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--load F] [--share F]
 #                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
-#                         [--no-latency] [--latency-factor F] [--throttle-conf 'KEY = VALUE']...
-#        --throttle-conf: more daemon configuration for the throttled and latency phases,
+#                         [--no-latency] [--latency-factor F] [--window-ms MS] [--pin]
+#                         [--load-kind relay|tpcb] [--throttle-conf 'KEY = VALUE']...
+#        --throttle-conf: more daemon configuration for the throttled and controller phases,
 #        e.g. 'batch_max = 500' or a throttle_* signal
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
-#        step 20 ms, 1 round (--rounds N: the unthrottled phase once, then N rounds of the
-#        others interleaved; the ratios use the medians)
+#        step 20 ms, window 200 ms, relay load, unpinned, 1 round (--rounds N: N rounds of
+#        every phase interleaved, the first round's unthrottled phase first, for the ceiling;
+#        the ratios use the medians)
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -59,6 +78,9 @@ LATENCY=1
 LATENCY_FACTOR=1.25
 WITH_CANARY=0
 ROUNDS=1
+WINDOW_MS=200
+PIN=0
+LOAD_KIND=relay
 THROTTLE_CONF=""
 RATE_ARGS=()
 ID=demo.events.content_len_v1
@@ -76,9 +98,12 @@ while (($#)); do
     --no-latency) LATENCY=0; shift ;;
     --latency-factor) LATENCY_FACTOR="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
+    --window-ms) WINDOW_MS="$2"; shift 2 ;;
+    --pin) PIN=1; shift ;;
+    --load-kind) LOAD_KIND="$2"; shift 2 ;;
     --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
     -h | --help)
-        sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,64p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -87,6 +112,10 @@ while (($#)); do
         ;;
     esac
 done
+[[ "$LOAD_KIND" == relay || "$LOAD_KIND" == tpcb ]] || {
+    echo "coexist.sh: --load-kind is relay or tpcb" >&2
+    exit 2
+}
 PGBENCH="$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)"
 [[ -x "$PGBENCH" ]] || {
     echo "coexist.sh: pgbench not found (package postgresql-15 or postgresql-client-15)" >&2
@@ -105,8 +134,16 @@ bench_pg_start
 SERVER_URL="$BUZZ_BENCH_PG_URL"
 DAEMON=""
 
+POSTMASTER=""
 cleanup()
 {
+    stop_sampler
+    if ((PIN)) && [[ -n "$POSTMASTER" ]]; then # every CPU back to the server's processes
+        local all="0-$(($(nproc) - 1))" p
+        for p in "$POSTMASTER" $(pgrep -P "$POSTMASTER" || true); do
+            taskset -a -pc "$all" "$p" >/dev/null 2>&1 || true
+        done
+    fi
     if [[ -n "$DAEMON" ]]; then
         kill -TERM "$DAEMON" 2>/dev/null || true
         wait "$DAEMON" 2>/dev/null || true
@@ -122,12 +159,56 @@ trap cleanup EXIT
 
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 
+# --pin: root, taskset, two CPUs and the server's processes on this machine (a backend's PID in
+# /proc whose parent is the postmaster); otherwise say why and run unpinned
+SAMPLER=""
+stop_sampler()
+{
+    if [[ -n "$SAMPLER" ]]; then
+        kill "$SAMPLER" 2>/dev/null || true
+        wait "$SAMPLER" 2>/dev/null || true
+        SAMPLER=""
+    fi
+}
+ON0=() ON1=()
+if ((PIN)); then
+    why=""
+    backend="$(psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" \
+        "$SERVER_URL")"
+    if [[ "$(id -u)" != 0 ]]; then
+        why="not root"
+    elif ! command -v taskset >/dev/null; then
+        why="no taskset"
+    elif (($(nproc) < 2)); then
+        why="fewer than two CPUs"
+    elif [[ -z "$backend" || ! -r "/proc/$backend/stat" ]]; then
+        why="the server is not on this machine"
+    fi
+    if [[ -n "$why" ]]; then
+        echo "coexist: --pin: $why; running unpinned (every process on every CPU)" >&2
+        PIN=0
+    else
+        POSTMASTER="$(awk '{ print $4 }' "/proc/$backend/stat")" # the checkpointer's parent
+        # the postmaster first: what it forks from now on (backends, autovacuum) starts on CPU 0
+        for p in "$POSTMASTER" $(pgrep -P "$POSTMASTER"); do
+            taskset -a -pc 0 "$p" >/dev/null
+        done
+        ON0=(taskset -c 0) ON1=(taskset -c 1)
+    fi
+fi
+
 echo "coexist: template: $ROWS demo events, pgbench scale 10" >&2
 psql_q "$SERVER_URL" -c "CREATE DATABASE $TEMPLATE" >/dev/null
 TMPL_URL="$(buzz_db_url "$SERVER_URL" "$TEMPLATE")"
 psql_q "$TMPL_URL" -f "$ROOT/examples/demo/schema.sql" >/dev/null
 psql_q -v rows="$ROWS" "$TMPL_URL" -f "$ROOT/examples/demo/seed.sql" >/dev/null
 "$PGBENCH" -q -i -s 10 "$TMPL_URL" >/dev/null 2>&1
+if [[ "$LOAD_KIND" == relay ]]; then
+    # a relay's read paths: an author's recent events, a kind's recent events (every one of
+    # them also updated by each non-HOT update of the backfill)
+    psql_q "$TMPL_URL" -c "CREATE INDEX events_pubkey_created ON demo.events (pubkey, created_at DESC);
+                           CREATE INDEX events_kind_created ON demo.events (kind, created_at DESC)" >/dev/null
+fi
 env BUZZ_BACKFILL_DATABASE_URL="$TMPL_URL" "$BUILD/server/buzz-backfilld" migrate >/dev/null 2>&1
 psql_q "$TMPL_URL" -c "VACUUM ANALYZE" >/dev/null
 
@@ -151,6 +232,114 @@ cpu_of()
     done
     echo "$sum"
 }
+# The relay-shaped load: pgbench scripts with weights (inserts of new events, with the derived
+# columns the new write path fills; an author's and a kind's 20 most recent events; an update of
+# one existing event, as a replaceable event is rewritten).
+LOAD_ARGS=()
+if [[ "$LOAD_KIND" == relay ]]; then
+    cat >"$TMP/insert.sql" <<'SQL'
+\set a random(0, 4999)
+\set k random(0, 9)
+INSERT INTO demo.events (event_id, pubkey, created_at, kind, content, tags, content_len,
+                         pubkey_hex, tag_count)
+VALUES (sha256(convert_to(:client_id || ':' || clock_timestamp()::text || random()::text, 'UTF8')),
+        sha256(convert_to('author:' || :a, 'UTF8')), date_trunc('second', now()),
+        CASE WHEN :k < 6 THEN 1 WHEN :k < 9 THEN 7 ELSE 6 END, 'gm from the coexist bench', '[]',
+        25, encode(sha256(convert_to('author:' || :a, 'UTF8')), 'hex'), 0);
+SQL
+    cat >"$TMP/read_author.sql" <<'SQL'
+\set a random(0, 4999)
+SELECT id, created_at, kind FROM demo.events
+ WHERE pubkey = sha256(convert_to('author:' || :a, 'UTF8')) ORDER BY created_at DESC LIMIT 20;
+SQL
+    cat >"$TMP/read_kind.sql" <<'SQL'
+\set k random(0, 2)
+SELECT id, created_at FROM demo.events
+ WHERE kind = CASE :k WHEN 0 THEN 1 WHEN 1 THEN 7 ELSE 0 END ORDER BY created_at DESC LIMIT 20;
+SQL
+    cat >"$TMP/update.sql" <<SQL
+\\set id random(1, $ROWS)
+UPDATE demo.events SET tags = tags || '[["client", "coexist"]]'::jsonb WHERE id = :id;
+SQL
+    LOAD_ARGS=(-f "$TMP/insert.sql@3" -f "$TMP/read_author.sql@4" -f "$TMP/read_kind.sql@2"
+        -f "$TMP/update.sql@1")
+fi
+
+# pin_loop URL: every half second, the backfill's side on CPU 1 (the daemon's backends, the
+# by-hand loop's and the burner's sessions, the daemon's threads); the first pass writes the
+# placement to $TMP/placement
+pin_loop()
+{
+    local url="$1" first=1 p pids
+    while kill -0 $$ 2>/dev/null; do
+        pids="$(psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'buzz-backfill%'
+                               OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')" \
+            "$url" 2>/dev/null)" || return 0
+        for p in $pids ${DAEMON:-}; do
+            taskset -a -pc 1 "$p" >/dev/null 2>&1 || true
+        done
+        if ((first)); then
+            first=0
+            psql -X -qtAc "SELECT string_agg(CASE WHEN application_name LIKE 'buzz-backfill%'
+                                 OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
+                                 THEN 'backfill' WHEN application_name = 'pgbench' THEN 'oltp'
+                                 WHEN backend_type = 'client backend' THEN 'other'
+                                 ELSE replace(backend_type, ' ', '_') END || ' ' || pid, E'\\n')
+                           FROM pg_stat_activity WHERE pid <> pg_backend_pid()" "$url" |
+                while read -r what pid; do
+                    printf '%s:%s ' "$what" \
+                        "$(taskset -pc "$pid" 2>/dev/null | sed 's/.*: //' || echo '?')"
+                done | tr ' ' '\n' | sort | uniq -c |
+                awk -v pm="$POSTMASTER" -v d="${DAEMON:-}" '
+                    NF { split($2, a, ":"); s = s sprintf("%s%s x%d on CPU %s", s ? ", " : "", a[1], $1, a[2]) }
+                    END { printf "postmaster %s on CPU 0; %s", pm, s
+                          if (d != "") printf "; daemon %s on CPU 1", d
+                          printf "\n" }' >"$TMP/placement"
+        fi
+        sleep 0.5
+    done
+}
+
+# sampler URL FILE: pg_stat_activity every 100 ms in one session: the group and the wait event
+# (CPU: active with none) of every active session of the phase's database
+sampler()
+{
+    local url="$1" file="$2"
+    while kill -0 $$ 2>/dev/null; do
+        echo "SELECT CASE WHEN application_name = 'pgbench' THEN 'relay'
+                      WHEN application_name LIKE 'buzz-backfill%'
+                        OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
+                      THEN 'backfill' ELSE 'other' END,
+                      coalesce(wait_event_type || ':' || wait_event, 'CPU')
+                 FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()
+                  AND datname = current_database();"
+        sleep 0.1
+    done | psql -X -qtA -F ' ' "$url" >"$file" 2>/dev/null
+}
+
+# waits_summary FILE: per group, the share of samples of its four most frequent wait events
+waits_summary()
+{
+    awk 'NF == 2 { n[$1]++; c[$1 " " $2]++ }
+         END {
+             for (g in n) {
+                 line = sprintf("%s (%d samples):", g, n[g])
+                 for (k = 0; k < 4; k++) {
+                     best = ""; bv = 0
+                     for (key in c) {
+                         split(key, p, " ")
+                         if (p[1] == g && c[key] > bv) { best = key; bv = c[key] }
+                     }
+                     if (best == "") break
+                     split(best, p, " ")
+                     line = line sprintf(" %s %.0f%%", p[2], 100 * bv / n[g])
+                     delete c[best]
+                 }
+                 print line
+             }
+         }' "$1" | sort | paste -sd ';' | sed 's/;/; /g'
+}
+
 # backend PIDs of the sessions whose application_name starts with $2
 backends()
 {
@@ -189,7 +378,10 @@ phase()
     psql_q "$url" -c "CHECKPOINT" >/dev/null
     local canary=""
     if ((WITH_CANARY)); then
-        "$BUILD/bench/canary" "$url" >"$TMP/canary.out" 2>"$TMP/canary.err" &
+        local probe=accounts
+        [[ "$LOAD_KIND" != relay ]] || probe=relay
+        "${ON0[@]}" "$BUILD/bench/canary" "$url" --every-ms 5 --window-ms "$WINDOW_MS" \
+            --probe "$probe" >"$TMP/canary.out" 2>"$TMP/canary.err" &
         canary=$!
         for _ in $(seq 200); do
             [[ "$(psql -X -qtAc "SELECT to_regclass('buzz_canary.health') IS NOT NULL" "$url")" != t ]] ||
@@ -211,7 +403,7 @@ modules = '$BUILD/examples/buzz-demo-definitions.so'
 log_level = warn
 $extra
 CONF
-        "$BUILD/server/buzz-backfilld" --config "$conf" run 2>"$TMP/$name.log" &
+        "${ON1[@]}" "$BUILD/server/buzz-backfilld" --config "$conf" run 2>"$TMP/$name.log" &
         DAEMON=$!
         "$BUILD/client/buzzctl" --url "ipc://$TMP/admin.sock" ready --wait-ready --timeout 30s \
             >/dev/null
@@ -268,12 +460,25 @@ SQL
     read -r idle0 all0 < <(cpu_idle)
     # shellcheck disable=SC2086 # a list of PIDs
     [[ -z "$pids" ]] || own0="$(cpu_of $pids)"
+    local pinner=""
+    rm -f "$TMP/placement"
+    if ((PIN)); then
+        DAEMON="$DAEMON" pin_loop "$url" &
+        pinner=$!
+    fi
+    sampler "$url" "$TMP/waits.cur" &
+    SAMPLER=$!
     t0="$(date +%s.%N)"
     rm -f "$TMP"/pgbench_log.*
     out="$(cd "$TMP" &&
-        "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} \
-            -l "$url" 2>&1)"
+        "${ON0[@]}" "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" \
+            ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
     t1="$(date +%s.%N)"
+    stop_sampler
+    if [[ -n "$pinner" ]]; then
+        kill "$pinner" 2>/dev/null || true
+        wait "$pinner" 2>/dev/null || true
+    fi
     read -r idle1 all1 < <(cpu_idle)
     # shellcheck disable=SC2086
     [[ -z "$pids" ]] || own1="$(cpu_of $pids)"
@@ -338,56 +543,88 @@ if [[ "$LOAD" != 0 ]]; then
 else
     printf 'coexist: OLTP flat out (closed loop, --load 0)\n'
 fi
+if ((PIN)); then
+    where="pinned: PostgreSQL, its OLTP backends, pgbench and the canary on CPU 0; the backfill's backends and the daemon on CPU 1"
+else
+    where="$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, pgbench and the daemon"
+fi
 printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS pgbench clients," \
-    "$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, pgbench and the daemon"
+    "$LOAD_KIND load; $where"
 row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
-# the unthrottled phase once, for the ceiling; then ROUNDS rounds of the others, interleaved
-# (this machine's latency drifts between minutes: each round compares phases minutes apart)
-read -r tps p50 p99 rate1 idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
-ceiling="$(awk -v r="$rate1" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
-lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "canary p99 ms")"
-    "$(row unthrottled "$tps" "$p50" "$p99" "$rate1" "$idle" "$cpu")")
-p99_unthrottled="$p99"
+# after_phase LABEL: keep the phase's wait-event summary and placement for the report
+waits=() places=()
+after_phase()
+{
+    waits+=("$(printf '%-16s %s' "$1" "$(waits_summary "$TMP/waits.cur")")")
+    [[ ! -s "$TMP/placement" ]] || places+=("$(printf '%-16s %s' "$1" "$(cat "$TMP/placement")")")
+}
+# ROUNDS rounds of every phase, interleaved (this machine's latency drifts between minutes:
+# each round compares phases minutes apart); the first unthrottled phase sets the ceiling
+lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "canary p99 ms")")
+p99s_unthrottled=() rates_unthrottled=()
 p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
+ceiling=""
 for ((r = 1; r <= ROUNDS; r++)); do
+    read -r tps p50 p99 rate idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
+    after_phase "unthrottled #$r"
+    lines+=("$(row "unthrottled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
+    p99s_unthrottled+=("$p99")
+    rates_unthrottled+=("$rate")
+    [[ -n "$ceiling" ]] || ceiling="$(awk -v r="$rate" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
     read -r tps p50 p99 _ idle _ < <(phase none none)
+    after_phase "none #$r"
     lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" -)")
     p99s_none+=("$p99")
     read -r tps p50 p99 rate idle cpu < <(phase throttled backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 max_rows_per_second = $ceiling
 $THROTTLE_CONF")
+    after_phase "throttled #$r"
     lines+=("$(row "throttled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
     p99s_throttled+=("$p99")
     rates+=("$rate")
     read -r tps p50 p99 hrate idle hcpu < <(phase handloop handloop "$rate")
+    after_phase "by hand #$r"
     lines+=("$(row "by hand #$r" "$tps" "$p50" "$p99" "$hrate" "$idle" "$hcpu")")
     p99s_hand+=("$p99")
     if ((CONTROL)) && [[ "$cpu" != - ]]; then
         read -r tps p50 p99 _ idle cpu < <(phase control control "$cpu")
+        after_phase "control #$r"
         lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
         p99s_control+=("$p99")
     fi
     if ((LATENCY)); then
-        # the canary's p99 alone, then a backfill that waits while the canary's last second is
-        # above --latency-factor times it (no ceiling)
+        # the canary alone (its windows' 90th percentile is the signal's baseline), then a
+        # backfill with no ceiling whose rate controller holds the canary's windows at
+        # --latency-factor times it; the signal and the target are in microseconds (the
+        # engine's target is an integer, the canary's windows a few ms)
         read -r tps p50 p99 _ idle _ < <(WITH_CANARY=1 phase "none+canary" none)
-        c0="$(cat "$TMP/canary_p99")"
-        [[ -n "$c0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
-        lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0")")
-        target="$(awk -v c="$c0" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%.2f", c * f }')"
-        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=1 phase latency backfill "batch_target_ms = $TARGET_MS
+        after_phase "none+canary #$r"
+        read -r c0 w0 <"$TMP/canary_p99"
+        [[ -n "$c0" && -n "$w0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
+        lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0 (windows p90 $w0)")")
+        target_us="$(awk -v c="$w0" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", c * f * 1000 + 0.5 }')"
+        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=1 phase controller backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
-throttle_custom_sql = \"SELECT CASE WHEN p99_ms > $target AND at > now() - interval '3 s' THEN 200 END FROM buzz_canary.health\"
+throttle_latency_target_ms = $target_us
+throttle_latency_sql = \"SELECT p99_ms * 1000, at FROM buzz_canary.health WHERE at > now() - interval '2 s'\"
 throttle_check_ms = 50
 $THROTTLE_CONF")
-        lines+=("$(row "latency #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
-            "$(cat "$TMP/canary_p99") (<= $target)")")
+        after_phase "controller #$r"
+        read -r c1 w1 <"$TMP/canary_p99"
+        lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
+            "$c1 (windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
         p99s_latency+=("$p99")
         rates_latency+=("$rate")
     fi
 done
 printf '%s\n' "${lines[@]}"
+if ((${#places[@]})); then
+    echo "placement (first pass of each phase; x N: sessions, on CPU list):"
+    printf '  %s\n' "${places[@]}"
+fi
+echo "wait events of active sessions, sampled every 100 ms (share of each group's samples; CPU: none):"
+printf '  %s\n' "${waits[@]}"
 median()
 {
     printf '%s\n' "$@" | sort -n |
@@ -395,6 +632,8 @@ median()
              END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 b="$(median "${p99s_none[@]}")"
+u="$(median "${p99s_unthrottled[@]}")"
+rate1="$(median "${rates_unthrottled[@]}")"
 t="$(median "${p99s_throttled[@]}")"
 k="$(median ${p99s_control[@]+"${p99s_control[@]}"})"
 h="$(median "${p99s_hand[@]}")"
@@ -402,17 +641,20 @@ r2="$(median "${rates[@]}")"
 l="$(median ${p99s_latency[@]+"${p99s_latency[@]}"})"
 r3="$(median ${rates_latency[@]+"${rates_latency[@]}"})"
 [[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
-awk -v b="$b" -v u="$p99_unthrottled" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
-    -v c="$ceiling" -v l="$l" -v r3="$r3" \
+awk -v b="$b" -v u="$u" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
+    -v c="$ceiling" -v l="$l" -v r3="$r3" -v f="$LATENCY_FACTOR" \
     'BEGIN {
-        printf "unthrottled p99 / baseline p99: %.2f\n", u / b
+        printf "unthrottled p99 / baseline p99: %.2f", u / b
+        if (u / b < 1.5)
+            printf " (NOT clearly above 1: this run cannot show what throttling buys; make the backfill heavier: more --rows, --load-kind relay, a higher --load)"
+        printf "\n"
         printf "throttled p99 / baseline p99:   %.2f (goal <= 1.25)\n", t / b
         printf "throttled rate / unthrottled:   %.2f (goal >= 0.50; ceiling %d keys/s)\n", r2 / r1, c
         printf "by hand p99 / baseline p99:     %.2f (the same keys/s by a PL/pgSQL loop)\n", h / b
         if (k != "")
             printf "control p99 / baseline p99:     %.2f (the same CPU, no writes)\n", k / b
         if (l != "") {
-            printf "latency p99 / baseline p99:     %.2f (a backfill waiting on the canary)\n", l / b
-            printf "latency rate / unthrottled:     %.2f\n", r3 / r1
+            printf "controller p99 / baseline p99:  %.2f (goal <= %s with no ceiling)\n", l / b, f
+            printf "controller rate / unthrottled:  %.2f (%.0f keys/s remain)\n", r3 / r1, r3
         }
     }'
