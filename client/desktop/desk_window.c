@@ -104,7 +104,7 @@ static void desk_detail_update(desk_app *a)
     desk_set_alert(head, !d->audit_ok, false);
     gtk_box_append(GTK_BOX(a->d_audit), head);
     for (size_t i = 0; d->audit_ok && i < d->n_audit; i++) {
-        char name[32];
+        char name[48];
         snprintf(name, sizeof name, "detail.audit.%zu", i);
         GtkWidget *l = desk_label(name, "monospace");
         desk_set_text(l, d->audit[i]);
