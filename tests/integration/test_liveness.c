@@ -396,7 +396,10 @@ static void test_takeover_counts_expired_attempts(void **state)
     static const bf_definition *const defs[] = {&retry_def};
     bf_registry *reg = fresh(&admin, defs, 1);
     const char *id = "live.retry_v1";
-    bf_engine *ea = bt_engine(reg, "owner-a", 200), *eb = bt_engine(reg, "owner-b", 200);
+    /* a's claim expires (200 ms); b's must not while it completes the run on a loaded machine
+     * (with 200 ms too, b's own claim expired between two steps at load 12 and its attempt
+     * failed: "fenced out at commit") */
+    bf_engine *ea = bt_engine(reg, "owner-a", 200), *eb = bt_engine(reg, "owner-b", 30000);
     bf_worker *a = bt_claimed_worker(ea, id), *b = NULL;
     assert_int_equal(bf_worker_new(&b, eb, NULL), BF_OK);
     /* a stops renewing; b takes over and counts a's attempt */

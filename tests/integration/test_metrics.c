@@ -194,8 +194,10 @@ static bool label_ok(const char *key, const char *v)
                                           "Admin.Validate",  "Admin.Audit",  "Admin.WhoAmI",
                                           "Readiness.Check", "unknown",      NULL};
     static const char *const outcomes[] = {"passed", "failed", "applied", "rejected", NULL};
-    static const char *const signals[] = {"replica_lag", "lock_waiters", "xact_age", "xid_age",
-                                          "custom",      "rate",         "other",    NULL};
+    static const char *const signals[] = {"replica_lag", "lock_waiters", "xact_age",
+                                          "xid_age",     "custom",       "rate",
+                                          "latency",     "other",        NULL};
+    static const char *const directions[] = {"increase", "decrease", NULL}; /* rate_controller */
     if (strcmp(key, "state") == 0)
         return in_list(v, states);
     if (strcmp(key, "event") == 0) {
@@ -219,6 +221,8 @@ static bool label_ok(const char *key, const char *v)
         return in_list(v, outcomes);
     if (strcmp(key, "signal") == 0)
         return in_list(v, signals);
+    if (strcmp(key, "direction") == 0)
+        return in_list(v, directions);
     if (strcmp(key, "le") == 0) {
         char *end = NULL;
         (void)strtod(v, &end);
@@ -457,6 +461,10 @@ static void test_counters_reconcile_after_takeover(void **state)
     long long seq0 = bt_int(c, "SELECT coalesce(max(seq), 0) FROM buzz_backfill.audit");
 
     o.workers = 2;
+    /* A's claim expires after its 3 s lease; B's own lease is long, so that its batches wait
+     * at the barrier while the test pauses and resumes (with 3 s, B's lock_timeout of 2.8 s
+     * ended the wait at load 12 before the second batch reached the barrier) */
+    o.lease_ms = 30000;
     start_http(&b, o, &port_b, extra_b, sizeof extra_b);
     /* after the lease B takes the dead owner's claim over; its batch waits at the barrier */
     for (int i = 0;; i++) {
