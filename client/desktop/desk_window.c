@@ -311,6 +311,8 @@ static GtkWidget *desk_connection_new(desk_app *a)
 {
     a->conn_expander = gtk_expander_new("Connection");
     gtk_widget_set_name(a->conn_expander, "connection");
+    gtk_accessible_update_property(GTK_ACCESSIBLE(a->conn_expander), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                   "Connection settings", -1);
     GtkWidget *grid = gtk_grid_new();
     gtk_grid_set_row_spacing(GTK_GRID(grid), 4);
     gtk_grid_set_column_spacing(GTK_GRID(grid), 8);

@@ -159,6 +159,7 @@ int main(int argc, char **argv)
         fputs("buzz-backfill-desktop: could not initialise libsodium\n", stderr);
         return 1;
     }
+    g_set_application_name("buzz-backfill");
     if (!gtk_init_check()) {
         fputs("buzz-backfill-desktop: cannot open a display (is DISPLAY or WAYLAND_DISPLAY "
               "set?)\n",
