@@ -32,8 +32,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "internal.h"
 #include "strbuf.h"
+#include "watch_impl.h"
 
 #define WATCH_TAG "$bfw$" /* the dollar quote of the generated function bodies */
 
@@ -87,187 +87,6 @@ static void watch_add_table(bf_strbuf *sb, const char *table)
         bf__strbuf_addf(sb, "\"%.*s\".\"%s\"", (int)(dot - table), table, dot + 1);
 }
 
-/* ---- reading a SET list (heal) ----------------------------------------------------------- */
-
-#define HEAL_MAX_COLUMNS 32
-
-typedef struct heal_item {
-    char column[64];
-    const char *expr; /* into the definition's text */
-    size_t expr_len;
-} heal_item;
-
-/* Length of the quoted string or identifier starting at s (quote q), or 0 when unterminated. */
-static size_t heal_quoted(const char *s, char q)
-{
-    size_t i = 1;
-    for (;;) {
-        if (s[i] == '\0')
-            return 0;
-        if (s[i] == q) {
-            if (s[i + 1] == q) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i++;
-    }
-}
-
-/* Does the fragment read other rows or tables (a subquery), or use what heal will not embed
- * (dollar quotes, comments)? What it calls goes to names (identifiers followed by "("). */
-static const char *heal_scan(const char *s, char names[][64], int *nnames, int max)
-{
-    for (size_t i = 0; s[i] != '\0';) {
-        char ch = s[i];
-        if (ch == '\'' || ch == '"') {
-            size_t n = heal_quoted(s + i, ch);
-            if (n == 0)
-                return "an unterminated quote";
-            i += n;
-            continue;
-        }
-        if (ch == '$' || (ch == '-' && s[i + 1] == '-') || (ch == '/' && s[i + 1] == '*'))
-            return "a dollar quote or a comment";
-        if (isalpha((unsigned char)ch) || ch == '_') {
-            size_t j = i;
-            while (isalnum((unsigned char)s[j]) || s[j] == '_')
-                j++;
-            size_t len = j - i;
-            bool preceded_by_dot = i > 0 && s[i - 1] == '.';
-            if (!preceded_by_dot && len == 6 && strncasecmp(s + i, "select", 6) == 0)
-                return "a subquery, which reads other rows or tables";
-            size_t k = j;
-            while (s[k] == ' ' || s[k] == '\t' || s[k] == '\n')
-                k++;
-            if (s[k] == '(' && len < 64 && *nnames < max) {
-                for (size_t c = 0; c < len; c++)
-                    names[*nnames][c] = (char)tolower((unsigned char)s[i + c]);
-                names[*nnames][len] = '\0';
-                (*nnames)++;
-            }
-            i = j;
-            continue;
-        }
-        i++;
-    }
-    return NULL;
-}
-
-/* Split "a = expr, b = expr" at its top-level commas into items; a reason when it cannot. */
-static const char *heal_split(const char *set, heal_item *items, int *nitems)
-{
-    int n = 0;
-    size_t i = 0;
-    while (set[i] != '\0') {
-        while (isspace((unsigned char)set[i]))
-            i++;
-        if (n == HEAL_MAX_COLUMNS)
-            return "more columns than heal assigns";
-        heal_item *it = &items[n];
-        size_t len = 0;
-        if (set[i] == '"') {
-            size_t q = heal_quoted(set + i, '"');
-            if (q < 3 || q - 2 >= sizeof it->column || memchr(set + i + 1, '"', q - 2) != NULL)
-                return "a column name heal cannot read";
-            memcpy(it->column, set + i + 1, q - 2);
-            len = q - 2;
-            i += q;
-        } else {
-            while (isalnum((unsigned char)set[i]) || set[i] == '_') {
-                if (len + 1 >= sizeof it->column)
-                    return "a column name heal cannot read";
-                it->column[len++] = (char)tolower((unsigned char)set[i++]);
-            }
-        }
-        it->column[len] = '\0';
-        if (len == 0)
-            return "a SET item that is not \"column = expression\"";
-        while (isspace((unsigned char)set[i]))
-            i++;
-        if (set[i] != '=')
-            return "a SET item that is not \"column = expression\"";
-        i++;
-        size_t start = i;
-        int depth = 0;
-        while (set[i] != '\0' && !(depth == 0 && set[i] == ',')) {
-            if (set[i] == '\'' || set[i] == '"') {
-                size_t q = heal_quoted(set + i, set[i]);
-                if (q == 0)
-                    return "an unterminated quote";
-                i += q;
-                continue;
-            }
-            depth += set[i] == '(' ? 1 : set[i] == ')' ? -1 : 0;
-            i++;
-        }
-        it->expr = set + start;
-        it->expr_len = i - start;
-        n++;
-        if (set[i] == ',')
-            i++;
-    }
-    if (n == 0)
-        return "an empty SET list";
-    *nitems = n;
-    return NULL;
-}
-
-/* BF_OK when heal can serve d, else BF_ERR_DEFINITION with the reason in the diagnostic. */
-static bf_err heal_check(bf_engine *e, const bf_definition *d, heal_item *items, int *nitems)
-{
-    static const char refuse[] = "watch_writers = heal cannot serve %s: %s";
-    if (d->mutate != NULL || d->update_set == NULL || d->update_set[0] == '\0')
-        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id,
-                        "its mutation is a callback, not a SET list; use watch_writers = on");
-    if (d->needs_repair == NULL || d->needs_repair[0] == '\0')
-        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, "it has no needs_repair predicate");
-    char names[64][64];
-    int nnames = 0;
-    const char *why = heal_scan(d->update_set, names, &nnames, 64);
-    if (why == NULL)
-        why = heal_scan(d->needs_repair, names, &nnames, 64);
-    if (why == NULL)
-        why = heal_split(d->update_set, items, nitems);
-    if (why != NULL)
-        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, why);
-    if (nnames == 0)
-        return BF_OK;
-    bf_strbuf arr;
-    bf__strbuf_init(&arr);
-    bf__strbuf_add(&arr, "{");
-    for (int i = 0; i < nnames; i++)
-        bf__strbuf_addf(&arr, "%s\"%s\"", i ? "," : "", names[i]);
-    bf__strbuf_add(&arr, "}");
-    char *lit = bf__strbuf_take(&arr);
-    if (lit == NULL)
-        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
-    const char *params[] = {lit};
-    PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "heal volatility",
-                          "SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
-                          " ON n.oid = p.pronamespace WHERE p.proname = ANY($1::text[])"
-                          " AND (p.provolatile = 'v'"
-                          "  OR (p.provolatile = 's' AND n.nspname <> 'pg_catalog'))"
-                          " ORDER BY 1 LIMIT 1",
-                          1, params);
-    free(lit);
-    if (err != BF_OK)
-        return err;
-    char fn[64] = "";
-    if (PQntuples(r) == 1)
-        bf__copy(fn, sizeof fn, bf__field(r, 0, 0));
-    PQclear(r);
-    if (fn[0] != '\0') {
-        char reason[128];
-        bf__format(reason, sizeof reason,
-                   "it calls %s(), which is volatile or may read other tables", fn);
-        return bf__diag(e, BF_ERR_DEFINITION, refuse, d->id, reason);
-    }
-    return BF_OK;
-}
-
 /* ---- install ----------------------------------------------------------------------------- */
 
 /* Run sql under a savepoint: an error rolls back to it and is returned (logged by bf__exec). */
@@ -312,7 +131,7 @@ static bf_err watch_predicate(bf_engine *e, const bf_definition *d, const char *
     return BF_ERR_INTERNAL; /* not reached */
 }
 
-static bf_err watch_heal_function(bf_engine *e, const char *name, const heal_item *items, int n)
+static bf_err watch_heal_function(bf_engine *e, const char *name, const bf_heal_item *items, int n)
 {
     bf_strbuf sb;
     bf__strbuf_init(&sb);
@@ -345,7 +164,7 @@ static char *watch_rewrite(const char *pred)
     for (size_t i = 0; pred[i] != '\0';) {
         char ch = pred[i];
         if (ch == '\'' || ch == '"') {
-            size_t n = heal_quoted(pred + i, ch);
+            size_t n = bf__heal_quoted(pred + i, ch);
             if (n == 0)
                 n = strlen(pred + i);
             bf__strbuf_addf(&sb, "%.*s", (int)n, pred + i);
@@ -400,22 +219,17 @@ static bf_err watch_trigger(bf_engine *e, const bf_definition *d, const char *ke
     return err;
 }
 
-static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
-                            const char *key);
-
 bf_err bf__watch_install(bf_engine *e, const bf_compiled *c)
 {
     const bf_definition *d = c->def;
     bf_watch_mode mode = bf__watch_mode(e, d);
     if (mode != BF_WATCH_ON && mode != BF_WATCH_HEAL)
         return BF_OK;
-    return watch_install(e, d, mode, d->id);
+    return bf__watch_install_key(e, d, mode, d->id);
 }
 
-/* Install d's watch in mode, counted under key (the stable ID, or a probe's key), in the
- * caller's transaction. */
-static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
-                            const char *key)
+bf_err bf__watch_install_key(bf_engine *e, const bf_definition *d, bf_watch_mode mode,
+                             const char *key)
 {
     bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
     bool has_needs = d->mutate == NULL && d->needs_repair != NULL && d->needs_repair[0] != '\0';
@@ -432,10 +246,10 @@ static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode 
         (d->update_set != NULL && strstr(d->update_set, WATCH_TAG) != NULL))
         return bf__diag(e, BF_ERR_DEFINITION, "watch_writers cannot embed %s: it contains %s",
                         d->id, WATCH_TAG);
-    heal_item items[HEAL_MAX_COLUMNS];
+    bf_heal_item items[BF_HEAL_MAX_COLUMNS];
     int nitems = 0;
     bf_err err;
-    if (mode == BF_WATCH_HEAL && (err = heal_check(e, d, items, &nitems)) != BF_OK)
+    if (mode == BF_WATCH_HEAL && (err = bf__heal_check(e, d, items, &nitems)) != BF_OK)
         return err;
     char h[17], trigger[32], fn_pred[32], fn_heal[32];
     watch_hash(key, h);
@@ -502,8 +316,7 @@ static bf_err watch_install(bf_engine *e, const bf_definition *d, bf_watch_mode 
 
 /* ---- remove ------------------------------------------------------------------------------ */
 
-/* In the caller's transaction: drop what the watch row of id names; *removed: it was there. */
-static bf_err watch_drop(bf_engine *e, const char *id, bool *removed)
+bf_err bf__watch_drop(bf_engine *e, const char *id, bool *removed)
 {
     *removed = false;
     const char *params[] = {id};
@@ -574,7 +387,7 @@ static bf_err watch_remove_key(bf_engine *e, const char *id, bool *removed)
     if (err != BF_OK)
         return err;
     bool was = false;
-    err = watch_drop(e, id, &was);
+    err = bf__watch_drop(e, id, &was);
     if (err == BF_OK)
         err = bf__commit(e);
     if (err != BF_OK) {
@@ -602,7 +415,7 @@ bf_err bf_watch_off(bf_engine *e, const char *id, const bf_actor *who, bool *rem
     bool removed = false;
     err = bf__get_row(e, id, true, &row);
     if (err == BF_OK)
-        err = watch_drop(e, id, &removed);
+        err = bf__watch_drop(e, id, &removed);
     if (err == BF_OK) {
         bf_audit_record rec = {.backfill_id = id,
                                .action = "watch_off",
@@ -658,284 +471,5 @@ bf_err bf_watch_sweep(bf_engine *e, int grace_s, int *removed_out)
     PQclear(r);
     if (removed_out != NULL)
         *removed_out = removed;
-    return BF_OK;
-}
-
-/* ---- what it saw ------------------------------------------------------------------------- */
-
-/* "14:02:05" of microseconds since the epoch, UTC */
-static void watch_clock(char *buf, size_t cap, int64_t us)
-{
-    time_t t = (time_t)(us / 1000000);
-    struct tm tm;
-    if (gmtime_r(&t, &tm) == NULL)
-        bf__copy(buf, cap, "?");
-    else
-        bf__format(buf, cap, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
-
-void bf__old_writers_from_result(const PGresult *r, int row, int col, bf_old_writers *out)
-{
-    int c = col;
-    memset(out, 0, sizeof *out);
-    out->watching = bf__field_bool(r, row, c++);
-    bf__copy(out->mode, sizeof out->mode, bf__field(r, row, c++));
-    out->rows = bf__field_i64(r, row, c++);
-    out->healed = bf__field_i64(r, row, c++);
-    out->writers = bf__field_i64(r, row, c++);
-    out->first_seen = bf__field_i64(r, row, c++);
-    out->last_seen = bf__field_i64(r, row, c++);
-    bf__audit_text(out->application, sizeof out->application, bf__field(r, row, c++));
-    bf__audit_text(out->address, sizeof out->address, bf__field(r, row, c++));
-    bf__audit_text(out->role, sizeof out->role, bf__field(r, row, c++));
-    out->top_rows = bf__field_i64(r, row, c++);
-    out->top_first_seen = bf__field_i64(r, row, c++);
-    out->top_last_seen = bf__field_i64(r, row, c++);
-}
-
-/* "old writer: 37 rows since 14:02:05 from application relay-1.3 at 10.0.0.7 (role relay), last
- * 14:05:10" of one writer, texts already sanitised */
-static void watch_describe(char *buf, size_t cap, int64_t rows, int64_t first, int64_t last,
-                           const char *app, const char *addr, const char *role)
-{
-    char f[16], l[16];
-    watch_clock(f, sizeof f, first);
-    watch_clock(l, sizeof l, last);
-    bf__format(buf, cap,
-               "old writer: %lld row%s since %s UTC from application %s%s%s at %s (role %s),"
-               " last %s",
-               (long long)rows, rows == 1 ? "" : "s", f, app[0] ? "\"" : "",
-               app[0] ? app : "(none)", app[0] ? "\"" : "", addr[0] ? addr : "(other)",
-               role[0] ? role : "(other)", l);
-}
-
-bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *unanswered_out,
-                        char *diag, size_t cap)
-{
-    diag[0] = '\0';
-    bf_err err = bf__ensure_conn(e);
-    if (err == BF_OK)
-        err = bf__begin(e, false);
-    if (err != BF_OK)
-        return err;
-    const char *params[] = {id};
-    PGresult *r = NULL;
-    /* writers not reported yet: one log record and one audit row each, once (the UPDATE marks
-     * them in the same transaction as the audit rows) */
-    /* a writer is its identity over all its sessions: the outer query reads the snapshot
-     * before the UPDATE, so an identity one of whose sessions was reported earlier is not new */
-    err = bf__exec(e, &r, "new old writers",
-                   "WITH n AS (UPDATE buzz_backfill.old_writer SET reported = true"
-                   " WHERE backfill_id = $1 AND NOT reported RETURNING application_name,"
-                   " client_addr, role_name)"
-                   " SELECT o.application_name, o.client_addr, o.role_name, sum(o.rows)::bigint,"
-                   " (extract(epoch FROM min(o.first_seen)) * 1000000)::bigint,"
-                   " (extract(epoch FROM max(o.last_seen)) * 1000000)::bigint"
-                   " FROM buzz_backfill.old_writer o"
-                   " WHERE o.backfill_id = $1 AND (o.application_name, o.client_addr, o.role_name)"
-                   "  IN (SELECT * FROM n)"
-                   " GROUP BY 1, 2, 3 HAVING NOT bool_or(o.reported)",
-                   1, params);
-    int n = err == BF_OK ? PQntuples(r) : 0;
-    for (int i = 0; err == BF_OK && i < n; i++) {
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
-        char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
-                       bf__field_i64(r, i, 5), app, addr, role);
-        bf_audit_record rec = {.backfill_id = id,
-                               .action = "old_writer",
-                               .who = &(bf_actor){.actor = e->owner, .authority = "engine"},
-                               .outcome = what};
-        err = bf__audit(e, &rec);
-    }
-    if (err == BF_OK)
-        err = bf__commit(e);
-    if (err != BF_OK) {
-        PQclear(r);
-        bf__rollback(e);
-        return err;
-    }
-    for (int i = 0; i < n; i++) {
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
-        char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
-                       bf__field_i64(r, i, 5), app, addr, role);
-        bf_log_record rec = BF_LOG_RECORD_INIT;
-        rec.level = BF_LOG_WARN;
-        rec.event = BF_EV_OLD_WRITER;
-        rec.id = id;
-        rec.rows = (long)bf__field_i64(r, i, 3);
-        rec.reason = "old_writer";
-        bf__log_event(e, &rec,
-                      "%s: %s; drain that writer, then start a new repair under a new"
-                      " stable ID",
-                      id, what);
-    }
-    PQclear(r);
-    err = bf__exec(e, &r, "old writers",
-                   "SELECT coalesce(sum(o.rows), 0)::bigint,"
-                   " count(DISTINCT (o.application_name, o.client_addr, o.role_name)),"
-                   " coalesce(bool_or(o.last_seen > coalesce(w.blocked_through, '-infinity')),"
-                   "  false)"
-                   " FROM buzz_backfill.old_writer o"
-                   " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = o.backfill_id"
-                   " WHERE o.backfill_id = $1",
-                   1, params);
-    if (err != BF_OK)
-        return err;
-    int64_t rows = bf__field_i64(r, 0, 0);
-    int64_t writers = bf__field_i64(r, 0, 1);
-    bool unanswered = bf__field_bool(r, 0, 2);
-    PQclear(r);
-    if (rows > 0) {
-        err = bf__exec(e, &r, "top old writer",
-                       "SELECT application_name, client_addr, role_name, sum(rows)::bigint,"
-                       " (extract(epoch FROM min(first_seen)) * 1000000)::bigint,"
-                       " (extract(epoch FROM max(last_seen)) * 1000000)::bigint"
-                       " FROM buzz_backfill.old_writer WHERE backfill_id = $1"
-                       " GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1",
-                       1, params);
-        if (err != BF_OK)
-            return err;
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, 0, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, 0, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, 0, 2));
-        char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, 0, 3), bf__field_i64(r, 0, 4),
-                       bf__field_i64(r, 0, 5), app, addr, role);
-        PQclear(r);
-        char more[48] = "";
-        if (writers > 1)
-            bf__format(more, sizeof more, " (%lld writers, %lld rows in all)", (long long)writers,
-                       (long long)rows);
-        bf__format(diag, cap,
-                   "%s%s; drain that writer, then start a new repair under a new stable ID", what,
-                   more);
-    }
-    *rows_out = rows;
-    *unanswered_out = unanswered;
-    return BF_OK;
-}
-
-bf_err bf__watch_answered(bf_engine *e, const char *id)
-{
-    const char *params[] = {id};
-    return bf__exec0(e, "answer old writers",
-                     "UPDATE buzz_backfill.watch w SET blocked_through = (SELECT max(last_seen)"
-                     " FROM buzz_backfill.old_writer o WHERE o.backfill_id = $1)"
-                     " WHERE w.backfill_id = $1",
-                     1, params);
-}
-
-/* ---- the preflight's probe ------------------------------------------------------------- */
-
-#define PROBE_KEY_MAX (BF_ID_MAX + 8)
-
-static void probe_key(char *key, const char *id)
-{
-    bf__format(key, PROBE_KEY_MAX, "probe:%s", id);
-}
-
-bf_err bf_watch_probe_start(bf_engine *e, const char *id)
-{
-    if (e == NULL || !bf_id_valid(id))
-        return BF_ERR_INVALID_ARGUMENT;
-    const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
-    if (c == NULL)
-        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
-    const bf_definition *d = c->def;
-    bool has_post = d->postcondition != NULL && d->postcondition[0] != '\0';
-    bool has_needs = d->mutate == NULL && d->needs_repair != NULL && d->needs_repair[0] != '\0';
-    if (!has_post && !has_needs)
-        return bf__diag(e, BF_ERR_DEFINITION,
-                        "cannot watch %s for old writers: it declares no postcondition", id);
-    char key[PROBE_KEY_MAX];
-    probe_key(key, id);
-    bf_err err = bf__ensure_conn(e);
-    if (err == BF_OK)
-        err = bf__begin(e, false);
-    if (err != BF_OK)
-        return err;
-    const char *params[] = {key};
-    bool was = false;
-    /* an earlier probe's leftovers (a probe that died): its trigger and counts go first */
-    err = watch_drop(e, key, &was);
-    if (err == BF_OK)
-        err = bf__exec0(e, "clear probe",
-                        "DELETE FROM buzz_backfill.old_writer WHERE backfill_id = $1;", 1, params);
-    if (err == BF_OK)
-        err = watch_install(e, d, BF_WATCH_ON, key);
-    if (err == BF_OK)
-        err = bf__commit(e);
-    if (err != BF_OK)
-        bf__rollback(e);
-    return err;
-}
-
-bf_err bf_watch_probe_finish(bf_engine *e, const char *id, bf_old_writers *out, char *report,
-                             size_t cap)
-{
-    if (e == NULL || out == NULL || !bf_id_valid(id) || report == NULL || cap == 0)
-        return BF_ERR_INVALID_ARGUMENT;
-    char key[PROBE_KEY_MAX];
-    probe_key(key, id);
-    bf_err err = bf__ensure_conn(e);
-    if (err == BF_OK)
-        err = bf__begin(e, false);
-    if (err != BF_OK)
-        return err;
-    bool was = false;
-    err = watch_drop(e, key, &was); /* first: no row counts after the answer is read */
-    const char *params[] = {key};
-    PGresult *r = NULL;
-    if (err == BF_OK)
-        err =
-            bf__exec(e, &r, "probe counts",
-                     "WITH gone AS (DELETE FROM buzz_backfill.old_writer WHERE backfill_id = $1"
-                     " RETURNING *), top AS (SELECT application_name, client_addr, role_name,"
-                     " sum(rows)::bigint AS rows, min(first_seen) AS first_seen,"
-                     " max(last_seen) AS last_seen FROM gone GROUP BY 1, 2, 3"
-                     " ORDER BY 4 DESC, 5 LIMIT 1)"
-                     " SELECT true, 'on', coalesce((SELECT sum(rows) FROM gone), 0)::bigint, 0,"
-                     " (SELECT count(DISTINCT (application_name, client_addr, role_name))"
-                     "  FROM gone),"
-                     " (extract(epoch FROM (SELECT min(first_seen) FROM gone)) * 1000000)::bigint,"
-                     " (extract(epoch FROM (SELECT max(last_seen) FROM gone)) * 1000000)::bigint,"
-                     " t.application_name, t.client_addr, t.role_name, t.rows,"
-                     " (extract(epoch FROM t.first_seen) * 1000000)::bigint,"
-                     " (extract(epoch FROM t.last_seen) * 1000000)::bigint"
-                     " FROM (SELECT 1) one LEFT JOIN top t ON true",
-                     1, params);
-    if (err == BF_OK)
-        err = bf__commit(e);
-    if (err != BF_OK) {
-        PQclear(r);
-        bf__rollback(e);
-        return err;
-    }
-    bf_old_writers ow;
-    bf__old_writers_from_result(r, 0, 0, &ow);
-    PQclear(r);
-    ow.watching = false;
-    if (ow.rows == 0) {
-        bf__format(report, cap, "no old writer: no row written that breaks the postcondition");
-    } else {
-        char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, ow.top_rows, ow.top_first_seen, ow.top_last_seen,
-                       ow.application, ow.address, ow.role);
-        char more[48] = "";
-        if (ow.writers > 1)
-            bf__format(more, sizeof more, " (%lld writers, %lld rows in all)",
-                       (long long)ow.writers, (long long)ow.rows);
-        bf__format(report, cap, "%s%s; hold the start until that writer is drained", what, more);
-    }
-    *out = ow;
     return BF_OK;
 }
