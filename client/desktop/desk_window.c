@@ -211,7 +211,10 @@ void desk_window_show_snapshot(desk_app *a, desk_snapshot *s)
     if (f.n >= 3) {
         desk_set_text(a->readiness, f.line[1]);
         desk_set_alert(a->readiness, f.attr[1] == BFC_DASH_ALERT, f.attr[1] == BFC_DASH_GOOD);
-        desk_set_text(a->status, f.line[2]);
+        char status[BFC_DASH_LINE + 64];
+        snprintf(status, sizeof status, "%s%s", f.line[2],
+                 s->m.n_rows > DESK_MAX_SHOWN ? " (the first 2,000 are drawn)" : "");
+        desk_set_text(a->status, status);
         desk_set_alert(a->status, f.attr[2] == BFC_DASH_ALERT, false);
     }
     char who[600];

@@ -481,8 +481,9 @@ static void test_desktop_scripted_server(void **state)
     control(&a, "pause", FAKE_ID, "pause " FAKE_ID ": running -> paused (request id ");
     char rids[16][33], shown[40];
     size_t n = fake_attempts(&s, "buzz.backfill.v1.Admin.Pause", rids, 16);
-    assert_int_equal(n, 2);
-    assert_string_equal(rids[0], rids[1]);
+    assert_true(n >= 2); /* the lost one and its retry (a slow machine may need another) */
+    for (size_t i = 1; i < n; i++)
+        assert_string_equal(rids[i], rids[0]);
     outcome_request_id(&a, shown, sizeof shown);
     assert_string_equal(shown, rids[0]);
 
