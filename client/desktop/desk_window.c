@@ -125,8 +125,8 @@ static void desk_controls_update(desk_app *a)
     for (int k = 1; k <= BFC_ACTION_COUNT; k++)
         gtk_widget_set_sensitive(a->control[k], can);
     gtk_widget_set_visible(a->confirm_box, a->confirm_action != 0);
-    gtk_widget_set_visible(a->ask_again, a->has_last && !a->last.answered &&
-                                             a->last.has_request_id && !a->in_flight);
+    gtk_widget_set_visible(a->ask_again, a->has_last && a->last.unknown && a->last.has_request_id &&
+                                             !a->in_flight);
 }
 
 static void desk_outcome_text(desk_app *a, const char *text, bool alert)
@@ -175,7 +175,7 @@ static void desk_on_ask_again(GtkButton *b, gpointer data)
 {
     (void)b;
     desk_app *a = data;
-    if (!a->has_last || a->last.answered || !a->last.has_request_id || a->in_flight)
+    if (!a->has_last || !a->last.unknown || !a->last.has_request_id || a->in_flight)
         return;
     char line[BFC_CELL + 80];
     snprintf(line, sizeof line, "%s %s: asked again with the same request id, waiting",
@@ -191,7 +191,7 @@ void desk_window_show_outcome(desk_app *a, desk_outcome *o)
     a->last = *o;
     a->has_last = true;
     a->in_flight = false;
-    bool failed = strstr(o->line, " refused, ") != NULL || !o->answered ||
+    bool failed = strstr(o->line, " refused, ") != NULL || o->unknown ||
                   strstr(o->line, ": not sent: ") != NULL;
     desk_outcome_text(a, o->line, failed);
     g_free(o);

@@ -286,6 +286,7 @@ static void desk_sender_send(desk_worker *w, bfc_client **c, const desk_conn *co
         err = bfc_control(sender, cmd->action, cmd->id, &out, &st);
         bfc_dash_outcome(o->line, sizeof o->line, cmd->action, cmd->id, err, &st, out);
         o->answered = st.answered;
+        o->unknown = !st.answered || st.code == BUZZ__BACKFILL__V1__STATUS_CODE__DEADLINE_EXCEEDED;
         o->attempts = st.attempts;
         size_t n = 0;
         o->has_request_id = st.attempts > 0 &&

@@ -55,7 +55,8 @@ typedef struct desk_outcome {
     int action;
     char id[BFC_CELL];
     char line[BFC_DASH_LINE]; /* bfc_dash_outcome() */
-    bool answered;            /* the server answered (else: outcome unknown) */
+    bool answered;            /* the server answered */
+    bool unknown; /* no answer, or the server's DEADLINE_EXCEEDED: the outcome is unknown */
     uint8_t request_id[BFC_REQUEST_ID_LEN];
     bool has_request_id;
     int attempts;

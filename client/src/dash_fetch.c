@@ -195,7 +195,11 @@ void bfc_dash_outcome(char *line, size_t cap, int action, const char *id, bf_err
     } else {
         bfc_fetch_error fe;
         bfc_fetch_error_from(&fe, err == BF_OK ? BF_ERR_IO : err, st);
+        /* no answer, or the server gave up waiting: the control may or may not have been
+         * applied (as ctl_report says it) */
+        bool unknown =
+            !st->answered || st->code == BUZZ__BACKFILL__V1__STATUS_CODE__DEADLINE_EXCEEDED;
         snprintf(line, cap, "%s %s: %s%s", name, safe_id, fe.text,
-                 st->answered ? "" : " (outcome unknown: see the table)");
+                 unknown ? " (outcome unknown: see the table)" : "");
     }
 }
