@@ -34,13 +34,12 @@
 #include "throttle_rate.h"
 #include "worker.h"
 
-static void worker_throttle_end(bf_worker *w);
 static void worker_slow_end(bf_worker *w);
 
-static void worker_drop_claim(bf_worker *w)
+void bf__worker_drop_claim(bf_worker *w)
 {
-    worker_throttle_end(w); /* a claim that ends ends its throttle */
-    worker_slow_end(w);     /* and its slow state */
+    bf__worker_throttle_end(w); /* a claim that ends ends its throttle */
+    worker_slow_end(w);         /* and its slow state */
     w->has_claim = false;
     if (w->validation_locked) {
         bf__validation_unlock(w->e, w->id);
@@ -48,12 +47,12 @@ static void worker_drop_claim(bf_worker *w)
     }
 }
 
-static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
-                          bf_step_info *info);
+bf_err bf__worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
+                       bf_step_info *info);
 
 /* A record about the held (or just lost) claim: its id, generation, checkpoint (after the
  * event) and the definition's batch size; the duration of the step so far when in one. */
-static bf_log_record worker_record(const bf_worker *w, bf_log_level level, bf_event event)
+bf_log_record bf__worker_record(const bf_worker *w, bf_log_level level, bf_event event)
 {
     bf_log_record rec = BF_LOG_RECORD_INIT;
     rec.level = level;
@@ -69,11 +68,11 @@ static bf_log_record worker_record(const bf_worker *w, bf_log_level level, bf_ev
 
 /* throttle.end for a throttle in progress (its signal cleared): the signal changed, or the
  * claim that waited on it ended. */
-static void worker_throttle_end(bf_worker *w)
+void bf__worker_throttle_end(bf_worker *w)
 {
     if (w->throttle_signal[0] == '\0')
         return;
-    bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
+    bf_log_record rec = bf__worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_END);
     rec.reason = w->throttle_signal;
     rec.duration_us = bf__monotonic_us() - w->throttled_us;
     bf__log_event(w->e, &rec, "%s: no longer throttled by %s", w->id, w->throttle_signal);
@@ -85,7 +84,7 @@ static void worker_slow_end(bf_worker *w)
 {
     if (w->slow_reason[0] == '\0')
         return;
-    bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_SLOW_END);
+    bf_log_record rec = bf__worker_record(w, BF_LOG_INFO, BF_EV_SLOW_END);
     rec.reason = w->slow_reason;
     rec.duration_us = bf__monotonic_us() - w->slow_us;
     bf__log_event(w->e, &rec, "%s: steps at the recent median's pace again", w->id);
@@ -94,7 +93,7 @@ static void worker_slow_end(bf_worker *w)
 
 /* After a step's batches (size keys each at most): judge it against the claim's recent median
  * and log slow.start / slow.end when that changes; the row follows at the next worker_observe. */
-static void worker_slow_judge(bf_worker *w, long batches, long keys, int size, int64_t elapsed_us)
+void bf__worker_slow_judge(bf_worker *w, long batches, long keys, int size, int64_t elapsed_us)
 {
     char value[sizeof w->slow_value];
     const char *reason =
@@ -109,7 +108,7 @@ static void worker_slow_judge(bf_worker *w, long batches, long keys, int size, i
     bf__copy(w->slow_reason, sizeof w->slow_reason, reason);
     bf__copy(w->slow_value, sizeof w->slow_value, value);
     w->slow_us = bf__monotonic_us();
-    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_SLOW_START);
+    bf_log_record rec = bf__worker_record(w, BF_LOG_WARN, BF_EV_SLOW_START);
     rec.reason = reason;
     rec.duration_us = elapsed_us;
     bf__log_event(w->e, &rec, "%s: slow: %s", w->id, value);
@@ -130,264 +129,9 @@ static const char *worker_reason(const bf_engine *e, bf_err err, char *buf)
     return err == BF_ERR_TIMEOUT ? "timeout" : bf__error_class_name(err);
 }
 
-static int worker_max_attempts(const bf_compiled *c)
+int bf__worker_max_attempts(const bf_compiled *c)
 {
     return c->def->retry.max_attempts ? c->def->retry.max_attempts : 5;
-}
-
-/* ---- claims ---------------------------------------------------------------------------- */
-
-/*
- * The claim: one statement. The row is locked with SKIP LOCKED, so a claimer never waits on a
- * row another session holds (a batch committing, an operator's action): it is simply not
- * claimable this time. Taking over an expired claim advances the generation like any claim
- * and also counts the attempt the expired owner never recorded (its own failure would be
- * fenced out now): a batch that keeps outlasting its lease, or keeps waiting on a lock past
- * it, therefore still reaches failed after max_attempts ($5), in this statement, audited.
- */
-static const char claim_sql[] =
-    "WITH p AS (SELECT id, claim_owner AS prev_owner, state AS prev_state,"
-    "  claim_owner IS NOT NULL AND attempts + 1 >= $5::integer AS exhausted"
-    "  FROM buzz_backfill.backfill WHERE id = $1 AND state IN ('running', 'validating')"
-    "  AND key_types = $4 AND (definition_digest IS NULL OR definition_digest = $7)"
-    "  AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
-    "  AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
-    "  FOR UPDATE SKIP LOCKED),"
-    " u AS (UPDATE buzz_backfill.backfill b SET generation = b.generation + 1,"
-    "  attempts = b.attempts + (p.prev_owner IS NOT NULL)::integer,"
-    "  state = CASE WHEN p.exhausted THEN 'failed' ELSE b.state END,"
-    "  claim_owner = CASE WHEN p.exhausted THEN NULL ELSE $2 END,"
-    "  claim_expires_at = CASE WHEN p.exhausted THEN NULL"
-    "   ELSE clock_timestamp() + $3::integer * interval '1 ms' END,"
-    "  claimed_at = CASE WHEN p.exhausted THEN NULL ELSE clock_timestamp() END,"
-    "  error_class = CASE WHEN p.prev_owner IS NULL THEN b.error_class ELSE 'retryable' END,"
-    "  error_detail = CASE WHEN p.prev_owner IS NULL THEN b.error_detail ELSE $6 END,"
-    "  error_at = CASE WHEN p.prev_owner IS NULL THEN b.error_at ELSE clock_timestamp() END,"
-    "  throttle_signal = NULL, throttle_value = NULL, throttled_since = NULL,"
-    "  slow_value = NULL, slow_since = NULL,"
-    "  updated_at = clock_timestamp()"
-    "  FROM p WHERE b.id = p.id"
-    "  RETURNING b.generation, b.state, b.bound::text, b.bound_empty, b.checkpoint::text,"
-    "  p.prev_owner, b.attempts, p.exhausted, p.prev_state, b.batches_committed,"
-    "  coalesce(b.rows_covered, 0) AS rows_covered, b.rows_committed,"
-    "  b.batch_size_current),"
-    " a AS (INSERT INTO buzz_backfill.audit (backfill_id, action, actor, authority, prior_state,"
-    "  result_state, generation, outcome)"
-    "  SELECT $1, 'worker', $2, 'engine', u.prev_state, 'failed', u.generation, $6 FROM u"
-    "  WHERE u.exhausted RETURNING 1)"
-    " SELECT u.generation, u.state, u.bound, u.bound_empty, u.checkpoint, u.prev_owner,"
-    " u.attempts, u.exhausted, CASE WHEN u.exhausted THEN pg_notify('buzz_backfill', $1)::text"
-    " END, u.batches_committed, u.rows_covered, u.rows_committed, u.batch_size_current FROM u";
-/* (a data-modifying WITH runs whether or not it is read) */
-
-/* Claim id. validating: the row was seen in validating, so the validation lock is taken first
- * and the row is left alone (no claim, no generation) while another session validates it. */
-static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
-{
-    bf_engine *e = w->e;
-    size_t index = 0;
-    const bf_compiled *c = bf__registry_compiled(e->reg, id, &index);
-    if (c == NULL) /* fail closed: never claim what this process cannot run */
-        return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s",
-                        bf_id_valid(id) ? id : "(invalid id)");
-    bool locked = false;
-    if (validating) {
-        bf_err err = bf__validation_lock(e, id, &locked);
-        if (err != BF_OK)
-            return err;
-        if (!locked)
-            return bf__diag(e, BF_ERR_NO_WORK, "%s: validation already in progress", id);
-    }
-    char lease[16], max[16];
-    bf__param_int(lease, sizeof lease, e->lease_ms);
-    bf__param_int(max, sizeof max, worker_max_attempts(c));
-    const char *params[] = {id,       e->owner,
-                            lease,    c->key_types,
-                            max,      "the previous claim expired before its work committed",
-                            c->digest};
-    PGresult *r = NULL;
-    bf_err err = bf__exec(e, &r, "claim", claim_sql, 7, params);
-    if (err == BF_OK && PQntuples(r) == 0)
-        err = bf__diag(e, BF_ERR_NO_WORK, "%s is not claimable now", id);
-    if (err == BF_OK && bf__field_bool(r, 0, 7)) {
-        bf_log_record rec = BF_LOG_RECORD_INIT;
-        rec.level = BF_LOG_ERROR;
-        rec.event = BF_EV_BACKFILL_FAILED;
-        rec.id = id;
-        rec.generation = bf__field_i64(r, 0, 0);
-        rec.checkpoint = bf__isnull(r, 0, 4) ? NULL : bf__field(r, 0, 4);
-        rec.batch_size = c->def->batch_size;
-        rec.reason = "timeout";
-        bf__log_event(e, &rec, "%s: failed: attempt %lld expired before its work committed", id,
-                      (long long)bf__field_i64(r, 0, 6));
-        err = bf__diag(e, BF_ERR_NO_WORK, "%s failed: its attempts expired", id);
-    }
-    if (err != BF_OK) {
-        PQclear(r);
-        if (locked)
-            bf__validation_unlock(e, id);
-        return err;
-    }
-    w->has_claim = true;
-    bf__copy(w->id, sizeof w->id, id);
-    w->index = index;
-    w->c = c;
-    w->validation_locked = locked;
-    w->generation = bf__field_i64(r, 0, 0);
-    bf_state st = 0;
-    (void)bf_state_parse(bf__field(r, 0, 1), &st);
-    w->state = st;
-    w->bound_empty = bf__field_bool(r, 0, 3);
-    w->has_checkpoint = !bf__isnull(r, 0, 4);
-    w->prereq_checked = false;
-    w->seen_batches = bf__field_i64(r, 0, 9);
-    w->seen_rows = bf__field_i64(r, 0, 10);
-    w->seen_touched = bf__field_i64(r, 0, 11);
-    /* a new owner starts at the size the last one used (clamped to the current configuration
-     * at its first step) */
-    w->size = w->size_written = bf__isnull(r, 0, 12) ? 0 : (int)bf__field_i64(r, 0, 12);
-    bf__size_model_init(&w->sizing);
-    memset(&w->slow, 0, sizeof w->slow);
-    w->slow_reason[0] = w->slow_value[0] = w->slow_written[0] = '\0';
-    w->throttle_signal[0] = w->throttle_value[0] = '\0';
-    w->checked_us = w->throttled_us = 0;
-    w->rate_checked_us = w->rate_written_us = 0;
-    w->rate_failed[0] = '\0';
-    w->step_batches = 0;
-    w->extended_us = bf__monotonic_us();
-    err = bf__key_field(e, w->bound, r, 0, 2);
-    if (err == BF_OK)
-        err = bf__key_field(e, w->checkpoint, r, 0, 4);
-    if (err != BF_OK) {
-        /* a row written before the key length constraints whose keys this build cannot hold:
-         * fail closed (blocked), never truncate a key */
-        PQclear(r);
-        char detail[BF_DIAG_MAX];
-        bf__copy(detail, sizeof detail, e->diag);
-        w->bound[0] = w->checkpoint[0] = '\0';
-        bf_step_info info;
-        memset(&info, 0, sizeof info);
-        (void)worker_fail(w, BF_ERR_DATA_INVARIANT, detail, NULL, &info);
-        return bf__diag(e, BF_ERR_NO_WORK, "%s: %s", id, detail);
-    }
-    bool takeover = !bf__isnull(r, 0, 5);
-    bf_log_record rec =
-        worker_record(w, BF_LOG_INFO, takeover ? BF_EV_CLAIM_TAKEOVER : BF_EV_CLAIM_ACQUIRED);
-    if (takeover)
-        bf__log_event(e, &rec, "took over %s at generation %lld (%s) from %s; attempt %lld", id,
-                      (long long)w->generation, bf_state_name(w->state), bf__field(r, 0, 5),
-                      (long long)bf__field_i64(r, 0, 6));
-    else
-        bf__log_event(e, &rec, "claimed %s at generation %lld (%s)", id, (long long)w->generation,
-                      bf_state_name(w->state));
-    PQclear(r);
-    if (w->hooks.after_claim != NULL)
-        w->hooks.after_claim(w->hooks.arg, w->id, w->generation);
-    return BF_OK;
-}
-
-bf_err bf_worker_claim(bf_worker *w, const char *id, int64_t *generation_out)
-{
-    if (w == NULL)
-        return BF_ERR_INVALID_ARGUMENT;
-    if (w->has_claim)
-        return bf__diag(w->e, BF_ERR_CONFLICT, "worker already holds a claim");
-    bf_err err = bf__ensure_conn(w->e);
-    if (err != BF_OK)
-        return err;
-    if (id != NULL) {
-        err = worker_claim_id(w, id, false);
-    } else {
-        /* candidates among the IDs this process knows; the claim statement decides */
-        const char *params[] = {bf__registry_ids(w->e->reg, false)};
-        PGresult *r = NULL;
-        err = bf__exec(w->e, &r, "find work",
-                       "SELECT id, state = 'validating' FROM buzz_backfill.backfill"
-                       " WHERE id = ANY($1::text[])"
-                       " AND state IN ('running', 'validating')"
-                       " AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"
-                       " AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
-                       " ORDER BY updated_at LIMIT 16",
-                       1, params);
-        if (err != BF_OK)
-            return err;
-        err = bf__diag(w->e, BF_ERR_NO_WORK, "no eligible work");
-        for (int i = 0; i < PQntuples(r) && err == BF_ERR_NO_WORK; i++)
-            err = worker_claim_id(w, bf__field(r, i, 0), bf__field_bool(r, i, 1));
-        PQclear(r);
-    }
-    if (err == BF_OK && generation_out != NULL)
-        *generation_out = w->generation;
-    return err;
-}
-
-/* A fenced renewal matched nothing: the claim is gone (a pause, a takeover, its expiry). */
-static bf_err worker_claim_gone(bf_worker *w)
-{
-    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_CLAIM_LOST);
-    rec.reason = "lost";
-    bf__log_event(w->e, &rec, "lost claim on %s at generation %lld", w->id,
-                  (long long)w->generation);
-    worker_drop_claim(w);
-    return bf__diag(w->e, BF_ERR_STALE, "claim is no longer current");
-}
-
-bf_err bf_worker_renew(bf_worker *w)
-{
-    if (w == NULL || !w->has_claim)
-        return BF_ERR_INVALID_ARGUMENT;
-    bf_engine *e = w->e;
-    char gen[24], lease[16];
-    bf__param_int(gen, sizeof gen, w->generation);
-    bf__param_int(lease, sizeof lease, e->lease_ms);
-    const char *params[] = {w->id, gen, e->owner, lease};
-    PGresult *r = NULL;
-    bf_err err =
-        bf__exec(e, &r, "renew claim",
-                 "UPDATE buzz_backfill.backfill"
-                 " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 ms'"
-                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                 " AND claim_expires_at > clock_timestamp()"
-                 " AND state IN ('running', 'validating') RETURNING 1",
-                 4, params);
-    if (err != BF_OK)
-        return err;
-    int n = PQntuples(r);
-    PQclear(r);
-    if (n == 0)
-        return worker_claim_gone(w);
-    w->extended_us = bf__monotonic_us();
-    bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_CLAIM_RENEWED);
-    bf__log_event(e, &rec, "renewed %s at generation %lld", w->id, (long long)w->generation);
-    return BF_OK;
-}
-
-bf_err bf_worker_release(bf_worker *w)
-{
-    if (w == NULL)
-        return BF_ERR_INVALID_ARGUMENT;
-    if (!w->has_claim)
-        return BF_OK;
-    bf_engine *e = w->e;
-    char gen[24];
-    bf__param_int(gen, sizeof gen, w->generation);
-    const char *params[] = {w->id, gen, e->owner};
-    bf_err err = bf__ensure_conn(e);
-    PGresult *r = NULL;
-    if (err == BF_OK)
-        err = bf__exec(e, &r, "release claim",
-                       "UPDATE buzz_backfill.backfill SET claim_owner = NULL,"
-                       " claim_expires_at = NULL, claimed_at = NULL"
-                       " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                       " RETURNING 1",
-                       3, params);
-    if (err == BF_OK && PQntuples(r) == 1) { /* not when it was no longer ours */
-        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_CLAIM_RELEASED);
-        bf__log_event(e, &rec, "released %s at generation %lld", w->id, (long long)w->generation);
-    }
-    PQclear(r);
-    worker_drop_claim(w);
-    return err;
 }
 
 /* ---- worker transitions ---------------------------------------------------------------- */
@@ -434,7 +178,7 @@ static bf_err worker_transition(bf_worker *w, const char *set, bf_state from, bf
     int n = PQntuples(r);
     PQclear(r);
     if (n == 0) {
-        worker_drop_claim(w);
+        bf__worker_drop_claim(w);
         return bf__diag(e, BF_ERR_STALE, "claim is no longer current");
     }
     w->state = to;
@@ -465,7 +209,7 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
                           " validated_at = clock_timestamp(), validation_request = NULL",
                           BF_STATE_VALIDATING, BF_STATE_COMPLETED, detail, "validation succeeded");
     if (err == BF_OK) {
-        worker_drop_claim(w);
+        bf__worker_drop_claim(w);
         /* the watch ends with the backfill; one that cannot be removed now is swept later */
         if (w->e->watch_grace_s == 0)
             (void)bf__watch_remove(w->e, w->id, NULL);
@@ -473,13 +217,13 @@ static bf_err worker_complete(bf_worker *w, const char *detail)
     return err;
 }
 
-static bf_err step_lost(bf_worker *w, bf_step_info *info)
+bf_err bf__step_lost(bf_worker *w, bf_step_info *info)
 {
-    bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_BATCH_FENCED_OUT);
+    bf_log_record rec = bf__worker_record(w, BF_LOG_WARN, BF_EV_BATCH_FENCED_OUT);
     rec.reason = "fence";
     bf__log_event(w->e, &rec, "%s: stale owner rejected at generation %lld", info->id,
                   (long long)info->generation);
-    worker_drop_claim(w);
+    bf__worker_drop_claim(w);
     info->step = BF_STEP_LOST;
     bf__copy(info->detail, sizeof info->detail, "claim or generation no longer current");
     return BF_OK;
@@ -512,8 +256,8 @@ static failure_mode failure_mode_of(bf_err err)
  * claim cannot conflict with anyone, and recording the attempt keeps a statement that
  * outlasts its lease from retrying forever without being counted.
  */
-static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
-                          bf_step_info *info)
+bf_err bf__worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
+                       bf_step_info *info)
 {
     bf_engine *e = w->e;
     char cls[3];
@@ -525,7 +269,7 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
     const bf_retry_policy *p = &w->c->def->retry;
     char gen[24], max[16], base[16], cap[16];
     bf__param_int(gen, sizeof gen, w->generation);
-    bf__param_int(max, sizeof max, worker_max_attempts(w->c));
+    bf__param_int(max, sizeof max, bf__worker_max_attempts(w->c));
     bf__param_int(base, sizeof base, p->base_ms ? p->base_ms : 200);
     bf__param_int(cap, sizeof cap, p->cap_ms ? p->cap_ms : 30000);
     static const char *const modes[] = {
@@ -576,17 +320,18 @@ static bf_err worker_fail(bf_worker *w, bf_err cause, const char *detail, const 
     int attempts = n == 1 ? (int)bf__field_i64(r, 0, 1) : 0;
     PQclear(r);
     bf__copy(info->detail, sizeof info->detail, bounded);
-    worker_drop_claim(w); /* released by the statement, or never ours */
+    bf__worker_drop_claim(w); /* released by the statement, or never ours */
     /* nothing matched: paused or taken over meanwhile, not ours to record */
     if (n == 0)
-        return step_lost(w, info);
+        return bf__step_lost(w, info);
     info->step = st == BF_STATE_BLOCKED  ? BF_STEP_BLOCKED
                  : st == BF_STATE_FAILED ? BF_STEP_FAILED
                                          : BF_STEP_RETRY;
-    bf_log_record rec = worker_record(w, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR,
-                                      info->step == BF_STEP_RETRY     ? BF_EV_ATTEMPT_RETRY
-                                      : info->step == BF_STEP_BLOCKED ? BF_EV_BACKFILL_BLOCKED
-                                                                      : BF_EV_BACKFILL_FAILED);
+    bf_log_record rec =
+        bf__worker_record(w, info->step == BF_STEP_RETRY ? BF_LOG_WARN : BF_LOG_ERROR,
+                          info->step == BF_STEP_RETRY     ? BF_EV_ATTEMPT_RETRY
+                          : info->step == BF_STEP_BLOCKED ? BF_EV_BACKFILL_BLOCKED
+                                                          : BF_EV_BACKFILL_FAILED);
     rec.reason = reason;
     bf__log_event(e, &rec, "%s: attempt %d %s: %s", w->id, attempts,
                   info->step == BF_STEP_RETRY ? "will retry" : bf_state_name(st), bounded);
@@ -609,19 +354,19 @@ static bf_err step_stopped(bf_worker *w, bf_step_info *info)
 }
 
 /* Handle the outcome of something that failed while holding the claim. A fenced-out commit is
- * a lost claim when a pause or takeover advanced the generation (worker_fail() then matches
+ * a lost claim when a pause or takeover advanced the generation (bf__worker_fail() then matches
  * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
  * batch that always outlasts its lease would be retried forever. */
-static bf_err step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
+bf_err bf__step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info)
 {
     if (w->e->cancelled) /* the failure is the stop's cancel, or follows from it */
         return step_stopped(w, info);
     if (err == BF_ERR_STALE) /* the generation and owner still match, so the claim expired or
                                  the row moved under it (a result lost with its connection) */
-        return worker_fail(w, BF_ERR_TIMEOUT,
-                           "fenced out at commit: the claim expired or the row changed", "timeout",
-                           info);
-    return worker_fail(w, err, detail[0] ? detail : w->e->diag, NULL, info);
+        return bf__worker_fail(w, BF_ERR_TIMEOUT,
+                               "fenced out at commit: the claim expired or the row changed",
+                               "timeout", info);
+    return bf__worker_fail(w, err, detail[0] ? detail : w->e->diag, NULL, info);
 }
 
 /* Once per claim, before the first batch: the key is still unique (its index may have been
@@ -635,7 +380,7 @@ static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
     bf_err err = bf__key_unique(e, w->c);
     if (err == BF_ERR_DEFINITION || err == BF_ERR_PREREQUISITE) {
         *blocked = true;
-        return worker_fail(w, BF_ERR_PREREQUISITE, e->diag, NULL, info);
+        return bf__worker_fail(w, BF_ERR_PREREQUISITE, e->diag, NULL, info);
     }
     if (err != BF_OK)
         return err;
@@ -650,13 +395,14 @@ static bf_err step_prerequisite(bf_worker *w, bf_step_info *info, bool *blocked)
     bf__rollback(e);
     if (err != BF_OK) {
         *blocked = true;
-        return step_failed(w, err, "", info);
+        return bf__step_failed(w, err, "", info);
     }
     bool holds = PQntuples(r) == 1 && bf__field_bool(r, 0, 0);
     PQclear(r);
     if (!holds) {
         *blocked = true;
-        return worker_fail(w, BF_ERR_PREREQUISITE, "prerequisite not met", "prerequisite", info);
+        return bf__worker_fail(w, BF_ERR_PREREQUISITE, "prerequisite not met", "prerequisite",
+                               info);
     }
     w->prereq_checked = true;
     return BF_OK;
@@ -669,7 +415,7 @@ static void worker_report_committed(bf_worker *w, long batches, long rows, long 
     w->seen_batches += batches;
     w->seen_rows += rows;
     w->seen_touched += touched;
-    bf_log_record rec = worker_record(w, BF_LOG_DEBUG, BF_EV_BATCH_COMMITTED);
+    bf_log_record rec = bf__worker_record(w, BF_LOG_DEBUG, BF_EV_BATCH_COMMITTED);
     rec.batches = batches;
     rec.rows = rows;
     rec.touched = touched;
@@ -741,267 +487,6 @@ static bf_log_level worker_rollback_level(const bf_worker *w)
     return w->e->cancelled ? BF_LOG_INFO : BF_LOG_WARN;
 }
 
-/* ---- throttling (throttle.c) ------------------------------------------------------------ */
-
-/*
- * Write the throttle state (signal NULL: not throttled) and the adaptive batch size to the row
- * and renew the claim, in one statement fenced like a renewal; skipped when nothing changed
- * that is worth a write (the size by less than a tenth) unless renew is asked. Logs
- * throttle.start and throttle.end when the signal changes. BF_ERR_STALE (claim dropped) when
- * the claim is gone.
- */
-static bf_err worker_observe(bf_worker *w, const char *signal, const char *value, bool renew)
-{
-    bf_engine *e = w->e;
-    char sig_buf[sizeof w->throttle_signal], val_buf[sizeof w->throttle_value];
-    bf__copy(sig_buf, sizeof sig_buf, signal); /* the caller may pass w's own fields */
-    bf__copy(val_buf, sizeof val_buf, sig_buf[0] ? value : NULL);
-    signal = sig_buf;
-    value = val_buf;
-    bool same_signal = strcmp(w->throttle_signal, signal) == 0;
-    bool same = same_signal && strcmp(w->throttle_value, value) == 0;
-    int diff = w->size - w->size_written;
-    bool size_same = w->size_written > 0 && (diff < 0 ? -diff : diff) * 10 < w->size_written;
-    bool slow_same = strcmp(w->slow_written, w->slow_value) == 0;
-    if (same && size_same && slow_same && !renew)
-        return BF_OK;
-    char slow[sizeof w->slow_value];
-    bf__copy(slow, sizeof slow, w->slow_value);
-    char gen[24], lease[16], size[16];
-    bf__param_int(gen, sizeof gen, w->generation);
-    bf__param_int(lease, sizeof lease, e->lease_ms);
-    bf__param_int(size, sizeof size, w->size);
-    const char *params[] = {w->id,
-                            gen,
-                            e->owner,
-                            size,
-                            signal[0] ? signal : NULL,
-                            signal[0] ? value : NULL,
-                            lease,
-                            slow[0] ? slow : NULL};
-    PGresult *r = NULL;
-    bf_err err =
-        bf__exec(e, &r, "throttle state",
-                 "UPDATE buzz_backfill.backfill SET batch_size_current = $4::integer,"
-                 " throttled_since = CASE WHEN $5::text IS NULL THEN NULL"
-                 "  WHEN throttle_signal IS NOT DISTINCT FROM $5 THEN throttled_since"
-                 "  ELSE clock_timestamp() END,"
-                 " throttle_signal = $5, throttle_value = $6,"
-                 " slow_since = CASE WHEN $8::text IS NULL THEN NULL"
-                 "  WHEN slow_value IS NOT NULL THEN slow_since ELSE clock_timestamp() END,"
-                 " slow_value = $8,"
-                 " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'"
-                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                 " AND claim_expires_at > clock_timestamp() AND state IN ('running', 'validating')"
-                 " RETURNING 1",
-                 8, params);
-    if (err != BF_OK)
-        return err;
-    int n = PQntuples(r);
-    PQclear(r);
-    if (n == 0)
-        return worker_claim_gone(w);
-    w->size_written = w->size;
-    bf__copy(w->slow_written, sizeof w->slow_written, slow);
-    w->extended_us = bf__monotonic_us();
-    if (!same_signal)
-        worker_throttle_end(w);
-    if (!same_signal && signal[0]) {
-        w->throttled_us = bf__monotonic_us();
-        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_THROTTLE_START);
-        rec.reason = signal;
-        bf__log_event(e, &rec, "%s: throttled by %s: %s", w->id, signal, value);
-    }
-    bf__copy(w->throttle_signal, sizeof w->throttle_signal, signal);
-    bf__copy(w->throttle_value, sizeof w->throttle_value, value);
-    return BF_OK;
-}
-
-/* Wait ms holding the claim and no row lock; a stop ends the wait at once. A throttle can
- * outlast the lease over many waits, so the claim is renewed (with the throttle state)
- * whenever a third of the lease has passed since it was last extended; without that a sibling
- * would take over a working owner and count an attempt. BF_ERR_STALE when the claim is gone. */
-static bf_err worker_throttle_wait(bf_worker *w, int64_t ms)
-{
-    int64_t until = bf__monotonic_us() + ms * 1000;
-    for (;;) {
-        int64_t now = bf__monotonic_us();
-        int64_t renew_at = w->extended_us + (int64_t)w->e->lease_ms * 1000 / 3;
-        if (atomic_load(&w->stop))
-            return BF_OK;
-        if (now >= renew_at) {
-            bf_err err = worker_observe(w, w->throttle_signal, w->throttle_value, true);
-            if (err != BF_OK)
-                return err;
-            continue;
-        }
-        if (now >= until)
-            return BF_OK;
-        int64_t next = until < renew_at ? until : renew_at;
-        struct pollfd pfd = {.fd = w->wake[0], .events = POLLIN};
-        (void)poll(&pfd, 1, (int)((next - now + 999) / 1000));
-    }
-}
-
-/* Throttled: record signal and row_value, wait ms, report the step with value. */
-static bf_err step_throttled_as(bf_worker *w, const char *signal, const char *row_value,
-                                const char *value, int64_t ms, bf_step_info *info)
-{
-    bf_err err = worker_observe(w, signal, row_value, false);
-    if (err == BF_OK)
-        err = worker_throttle_wait(w, ms);
-    if (err == BF_ERR_STALE && !w->has_claim)
-        return step_lost(w, info);
-    if (err != BF_OK)
-        return step_failed(w, err, "", info);
-    if (info->step == BF_STEP_IDLE)
-        info->step = BF_STEP_THROTTLED;
-    bf__format(info->detail, sizeof info->detail, "throttled by %s: %s (waited %lld ms)", signal,
-               value, (long long)ms);
-    return BF_OK;
-}
-
-static bf_err step_throttled(bf_worker *w, const char *signal, const char *value, int64_t ms,
-                             bf_step_info *info)
-{
-    return step_throttled_as(w, signal, value, value, ms, info);
-}
-
-/* Before a step's batches: the health signals, at most every check_ms. *tripped: the step
- * waited instead of running batches. A signal no longer tripped clears the row's state. */
-static bf_err step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_info *info,
-                          bool *tripped)
-{
-    *tripped = false;
-    bool any = cfg->replica_lag_bytes > 0 || cfg->lock_waiters > 0 || cfg->xact_age_s > 0 ||
-               cfg->xid_age_pct > 0 || cfg->custom_sql != NULL;
-    int64_t now = bf__monotonic_us();
-    if (any && now - w->checked_us < (int64_t)cfg->check_ms * 1000)
-        return BF_OK;
-    bf_throttle_verdict v = {0};
-    if (any) {
-        w->checked_us = now;
-        bf_err err = bf__throttle_check(w->e, w->c, cfg, &v);
-        if (err != BF_OK)
-            return step_failed(w, err, "", info);
-    }
-    if (v.signal != NULL) {
-        *tripped = true;
-        w->checked_us = 0; /* check again right after the wait */
-        return step_throttled(w, v.signal, v.value, v.wait_ms, info);
-    }
-    if (w->throttle_signal[0] && strcmp(w->throttle_signal, "rate") != 0 &&
-        strcmp(w->throttle_signal, "latency") != 0) { /* the paces end after the batches */
-        bf_err err = worker_observe(w, NULL, NULL, false);
-        if (err == BF_ERR_STALE && !w->has_claim)
-            return step_lost(w, info);
-        return err;
-    }
-    return BF_OK;
-}
-
-/* Before a step's batches, with a latency target: the controller's rate, its signal sampled at
- * most every check_ms (throttle_rate.c). *rate: keys/s, 0 before the first sample. */
-static bf_err step_rate(bf_worker *w, const bf_throttle_config *cfg, double *rate,
-                        bf_step_info *info)
-{
-    *rate = 0;
-    bf_throttle *t = w->e->throttle;
-    int64_t now = bf__monotonic_us();
-    bf_rate_state st;
-    if (w->rate_checked_us != 0 && now - w->rate_checked_us < (int64_t)cfg->check_ms * 1000 &&
-        bf__rate_state(t, w->id, &st)) {
-        *rate = st.rate;
-        return BF_OK;
-    }
-    w->rate_checked_us = now;
-    double ms = NAN;
-    bool failed = false;
-    char window[64];
-    bf_err err = bf__rate_read(w->e, cfg->latency_sql, &ms, &failed, window, sizeof window);
-    if (err != BF_OK)
-        return step_failed(w, err, "", info);
-    /* a query that fails counts as above the target (a signal that cannot be read is not
-     * healthy), once per holdoff */
-    bf__copy(w->rate_failed, sizeof w->rate_failed, failed ? window : NULL);
-    bf_rate_law law;
-    bf__rate_law_of(cfg, &law);
-    bf__rate_sample(t, w->id, &law, failed ? INFINITY : ms, failed ? NULL : window, now, &st);
-    *rate = st.rate;
-    return BF_OK;
-}
-
-/* The row's value of the "latency" pace: "1200 keys/s, 31.2 ms (target 25 ms), 14 cuts". */
-static void worker_rate_value(bf_worker *w, const bf_throttle_config *cfg, char *buf, size_t cap)
-{
-    bf_rate_state st;
-    (void)bf__rate_state(w->e->throttle, w->id, &st);
-    char sig[40];
-    if (w->rate_failed[0])
-        bf__format(sig, sizeof sig, "query failed (%s)", w->rate_failed);
-    else if (isnan(st.signal_ms))
-        bf__copy(sig, sizeof sig, "unknown");
-    else
-        bf__format(sig, sizeof sig, "%.1f ms", st.signal_ms);
-    bf__format(buf, cap, "%.0f keys/s, %s (target %d ms), %llu cuts", st.rate, sig,
-               cfg->latency_target_ms, st.decreases);
-}
-
-/* After a step's batches: the next adaptive size from the time they took (halved when a batch
- * blocked lock_waiters or more sessions), then the rows-per-second ceilings and the rate
- * controller's pace (ctl_rate, 0: none), the lowest of them setting the wait. */
-static bf_err step_after_batches(bf_worker *w, const bf_throttle_config *cfg, double ctl_rate,
-                                 const loop_result *done, int64_t started_us, bf_step_info *info)
-{
-    int64_t elapsed_us = bf__monotonic_us() - started_us;
-    int declared = w->c->def->batch_size;
-    worker_slow_judge(w, done->batches, done->rows, w->size, elapsed_us);
-    bf__size_observe(&w->sizing, done->batches, done->rows, elapsed_us);
-    w->size = bf__size_next(cfg, declared, w->size, &w->sizing);
-    if (cfg->lock_waiters > 0 && done->waiters >= cfg->lock_waiters) {
-        w->size = bf__size_clamp(cfg, declared, w->size / 2 > 0 ? w->size / 2 : 1);
-        w->checked_us = 0;
-        char value[64];
-        bf__format(value, sizeof value, "%ld blocked by a batch (limit %d)", done->waiters,
-                   cfg->lock_waiters);
-        return step_throttled(w, "lock_waiters", value, cfg->wait_ms, info);
-    }
-    double def_rate = cfg->max_rows_per_second, rate = 0;
-    bool paced = ctl_rate > 0 && (def_rate <= 0 || ctl_rate < def_rate);
-    if (ctl_rate > 0)
-        bf__rate_pace(w->e->throttle, w->id, done->rows, elapsed_us);
-    if (paced)
-        def_rate = ctl_rate;
-    int64_t wait_us =
-        bf__throttle_pass(w->e->throttle, w->id, def_rate, done->rows, started_us, &rate);
-    if (wait_us > 1000 && paced && rate == def_rate) {
-        /* the controller sets the wait: its state in the row, at most once a second (the
-         * value changes with every sample) */
-        char value[64], row[64];
-        int64_t now = bf__monotonic_us();
-        worker_rate_value(w, cfg, value, sizeof value);
-        if (strcmp(w->throttle_signal, "latency") == 0 && now - w->rate_written_us < 1000000) {
-            bf__copy(row, sizeof row, w->throttle_value);
-        } else {
-            bf__copy(row, sizeof row, value);
-            w->rate_written_us = now;
-        }
-        return step_throttled_as(w, "latency", row, value, wait_us / 1000, info);
-    }
-    if (wait_us > 1000) {
-        char value[64];
-        bf__format(value, sizeof value, "%.0f rows/s", rate);
-        return step_throttled(w, "rate", value, wait_us / 1000, info);
-    }
-    bool rate_ended =
-        strcmp(w->throttle_signal, "rate") == 0 || strcmp(w->throttle_signal, "latency") == 0;
-    bf_err err = worker_observe(w, rate_ended ? NULL : w->throttle_signal,
-                                rate_ended ? NULL : w->throttle_value, false);
-    if (err == BF_ERR_STALE && !w->has_claim)
-        return step_lost(w, info);
-    return err;
-}
-
 /* The old-writer watchdog, every step (with watch_block) or at most once a second per claim:
  * new writers are logged and audited
  * once; with watch_block, rows no earlier block answered enter blocked with who wrote them (the
@@ -1031,7 +516,7 @@ static bf_err step_watch(bf_worker *w, bf_step_info *info, bool force, bool *blo
     *blocked = true;
     if ((err = bf__watch_answered(w->e, w->id)) != BF_OK)
         return err;
-    return worker_fail(w, BF_ERR_PREREQUISITE, diag, "old_writer", info);
+    return bf__worker_fail(w, BF_ERR_PREREQUISITE, diag, "old_writer", info);
 }
 
 static bf_err step_running(bf_worker *w, bf_step_info *info)
@@ -1052,11 +537,11 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     w->step_batches = 0;
     if (t != NULL) {
         bool tripped = false;
-        err = step_health(w, &cfg, info, &tripped);
+        err = bf__step_health(w, &cfg, info, &tripped);
         if (err != BF_OK || tripped || !w->has_claim)
             return err;
         if (cfg.latency_target_ms > 0) {
-            err = step_rate(w, &cfg, &ctl_rate, info);
+            err = bf__step_rate(w, &cfg, &ctl_rate, info);
             if (err != BF_OK || !w->has_claim)
                 return err;
         }
@@ -1084,13 +569,14 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
         if (err != BF_OK) {
             /* the batch in flight rolled back (the reason is taken before the progress read) */
             char cls[3];
-            bf_log_record rec = worker_record(w, worker_rollback_level(w), BF_EV_BATCH_ROLLED_BACK);
+            bf_log_record rec =
+                bf__worker_record(w, worker_rollback_level(w), BF_EV_BATCH_ROLLED_BACK);
             rec.reason = worker_reason(w->e, err, cls);
             worker_report_partial(w, start_cp, backend_pid);
             rec.checkpoint = w->has_checkpoint ? w->checkpoint : NULL;
             bf__log_event(w->e, &rec, "%s: the batch in flight rolled back: %s", w->id,
                           detail[0] ? detail : w->e->diag);
-            return step_failed(w, err, detail, info);
+            return bf__step_failed(w, err, detail, info);
         }
     }
     if (done.batches == 0) { /* no admitted work remains after the checkpoint */
@@ -1099,8 +585,8 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
             return err;
         err = worker_enter_validating(w);
         if (err != BF_OK)
-            return step_failed(w, err, "", info);
-        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_BACKFILL_VALIDATING);
+            return bf__step_failed(w, err, "", info);
+        bf_log_record rec = bf__worker_record(w, BF_LOG_INFO, BF_EV_BACKFILL_VALIDATING);
         bf__log_event(w->e, &rec, "%s: reached its bound, validating", w->id);
         info->step = BF_STEP_VALIDATING;
         bf__copy(info->checkpoint, sizeof info->checkpoint, w->checkpoint);
@@ -1120,7 +606,7 @@ static bf_err step_running(bf_worker *w, bf_step_info *info)
     bf__copy(info->checkpoint, sizeof info->checkpoint, cp);
     if (t == NULL)
         return BF_OK;
-    return step_after_batches(w, &cfg, ctl_rate, &done, started_us, info);
+    return bf__step_after_batches(w, &cfg, ctl_rate, &done, started_us, info);
 }
 
 static bf_err renew_gate(void *arg)
@@ -1153,12 +639,12 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
         w->validation_locked = false;
     }
     if (err != BF_OK) /* including BF_ERR_STALE when the gate could not renew the claim */
-        return step_failed(w, err, "", info);
+        return bf__step_failed(w, err, "", info);
     if (run.outcome == BF_VALIDATION_SUCCESS) {
         err = worker_complete(w, run.detail);
         if (err != BF_OK)
-            return step_failed(w, err, "", info);
-        bf_log_record rec = worker_record(w, BF_LOG_INFO, BF_EV_VALIDATION_PASSED);
+            return bf__step_failed(w, err, "", info);
+        bf_log_record rec = bf__worker_record(w, BF_LOG_INFO, BF_EV_VALIDATION_PASSED);
         rec.duration_us = pass_us;
         bf__log_event(e, &rec, "%s: validated and completed: %s", w->id, run.detail);
         info->step = BF_STEP_COMPLETED;
@@ -1185,10 +671,10 @@ static bf_err step_validating(bf_worker *w, bf_step_info *info)
         }
     }
     w->validation_failed = true; /* the row's latest validation, as an explicit one would be */
-    err = worker_fail(w, cause, run.detail, why, info);
+    err = bf__worker_fail(w, cause, run.detail, why, info);
     w->validation_failed = false;
     if (err == BF_OK && info->step != BF_STEP_LOST) { /* the outcome was recorded */
-        bf_log_record rec = worker_record(w, BF_LOG_WARN, BF_EV_VALIDATION_FAILED);
+        bf_log_record rec = bf__worker_record(w, BF_LOG_WARN, BF_EV_VALIDATION_FAILED);
         rec.duration_us = pass_us;
         rec.reason = why;
         bf__log_event(e, &rec, "%s: validation failed: %s", w->id, run.detail);

@@ -1,6 +1,7 @@
 /*
- * worker.h - what worker.c (claims, steps, the worker loop) and batch.c (one step's batches)
- * share inside the engine: the worker's state and the batch entry points.
+ * worker.h - what worker.c (steps, transitions, the worker loop), worker_claim.c (the claim),
+ * worker_throttle.c (throttling around a step) and batch.c (one step's batches) share inside
+ * the engine: the worker's state, the batch entry points and the worker's own helpers.
  */
 #ifndef BUZZ_ENGINE_WORKER_H
 #define BUZZ_ENGINE_WORKER_H
@@ -92,5 +93,61 @@ bf_err bf__batch_callback(bf_worker *w, int watch, loop_result *out, char *cp, c
  * none of its batches committed. */
 bool bf__loop_progress(bf_worker *w, const char *start_cp, int64_t *batches, int64_t *rows,
                        int64_t *touched, char *cp);
+
+/* ---- the worker's helpers (worker.c, worker_claim.c, worker_throttle.c) ---- */
+
+/* A record about the held (or just lost) claim: its id, generation, checkpoint (after the
+ * event) and the definition's batch size; the duration of the step so far when in one. */
+bf_log_record bf__worker_record(const bf_worker *w, bf_log_level level, bf_event event);
+
+/*
+ * Durably classify a failed attempt before reporting it handled: retryable errors stay in the
+ * current state without a claim until a bounded, jittered exponential backoff stored in
+ * next_attempt_at has passed; the attempt that exhausts the policy enters failed; unmet
+ * prerequisites and data invariants enter blocked. Fenced on generation and owner but not on
+ * the claim's expiry: a takeover always advances the generation, so an expired but untaken
+ * claim cannot conflict with anyone, and recording the attempt keeps a statement that
+ * outlasts its lease from retrying forever without being counted.
+ */
+bf_err bf__worker_fail(bf_worker *w, bf_err cause, const char *detail, const char *reason,
+                       bf_step_info *info);
+
+void bf__worker_drop_claim(bf_worker *w);
+
+int bf__worker_max_attempts(const bf_compiled *c);
+
+/* A fenced renewal matched nothing: the claim is gone (a pause, a takeover, its expiry). */
+bf_err bf__worker_claim_gone(bf_worker *w);
+
+/* throttle.end for a throttle in progress (its signal cleared): the signal changed, or the
+ * claim that waited on it ended. */
+void bf__worker_throttle_end(bf_worker *w);
+
+/* Handle the outcome of something that failed while holding the claim. A fenced-out commit is
+ * a lost claim when a pause or takeover advanced the generation (bf__worker_fail() then matches
+ * nothing); when only this owner's own lease ran out it is a failed attempt and counts, or a
+ * batch that always outlasts its lease would be retried forever. */
+bf_err bf__step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_info *info);
+
+/* After a step's batches (size keys each at most): judge it against the claim's recent median
+ * and log slow.start / slow.end when that changes; the row follows at the next worker_observe. */
+void bf__worker_slow_judge(bf_worker *w, long batches, long keys, int size, int64_t elapsed_us);
+
+bf_err bf__step_lost(bf_worker *w, bf_step_info *info);
+
+/* Before a step's batches, with a latency target: the controller's rate, its signal sampled at
+ * most every check_ms (throttle_rate.c). *rate: keys/s, 0 before the first sample. */
+bf_err bf__step_rate(bf_worker *w, const bf_throttle_config *cfg, double *rate, bf_step_info *info);
+
+/* Before a step's batches: the health signals, at most every check_ms. *tripped: the step
+ * waited instead of running batches. A signal no longer tripped clears the row's state. */
+bf_err bf__step_health(bf_worker *w, const bf_throttle_config *cfg, bf_step_info *info,
+                       bool *tripped);
+
+/* After a step's batches: the next adaptive size from the time they took (halved when a batch
+ * blocked lock_waiters or more sessions), then the rows-per-second ceilings and the rate
+ * controller's pace (ctl_rate, 0: none), the lowest of them setting the wait. */
+bf_err bf__step_after_batches(bf_worker *w, const bf_throttle_config *cfg, double ctl_rate,
+                              const loop_result *done, int64_t started_us, bf_step_info *info);
 
 #endif
