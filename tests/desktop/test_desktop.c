@@ -135,7 +135,8 @@ static void test_desktop_real_daemon(void **state)
     (void)state;
     PGconn *pg = bd_suite_open("desktop");
     bt_install_barrier(pg);
-    bt_make_items(pg, "dash_items", 20000);
+    /* enough batches that it is never done before it is held again, even under load */
+    bt_make_items(pg, "dash_items", 60000);
     bt_exec(pg, "ANALYZE dash_items");
     bt_make_items(pg, "c13_p", 100);
     bt_make_items(pg, "c13_b", 100);
