@@ -142,6 +142,14 @@ void bf__unlisten(bf_engine *e);
  * clear the result.
  */
 bf_err bf__pg_error(bf_engine *e, const PGresult *res, const char *what);
+/* libpq's notice receiver of the engine's connection (arg: the engine): a notice goes to the
+ * engine's log, redacted like an error (engine_pgerror.c). */
+void bf__notice(void *arg, const PGresult *res);
+/* When a connection opens: BF_OK when it keeps its server session between transactions (a
+ * direct connection, a session pooler, or a probe that settles nothing), BF_ERR_PREREQUISITE
+ * when a pooler hands its transactions to other sessions, BF_ERR_UNAVAILABLE when it cannot
+ * tell (engine_session.c). */
+bf_err bf__session_kept(bf_engine *e);
 
 /* Run a statement with text parameters. Returns the result in *out (caller clears) when its
  * status is COMMAND_OK or TUPLES_OK; otherwise clears it and returns the classified error. */
