@@ -61,6 +61,18 @@ static void watch_describe(char *buf, size_t cap, int64_t rows, int64_t first, i
                role[0] ? role : "(other)", l);
 }
 
+/* watch_describe of row i of a result of (application_name, client_addr, role_name, rows,
+ * first_seen, last_seen) */
+static void watch_describe_row(char *buf, size_t cap, const PGresult *r, int i)
+{
+    char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
+    bf__audit_text(app, sizeof app, bf__field(r, i, 0));
+    bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
+    bf__audit_text(role, sizeof role, bf__field(r, i, 2));
+    watch_describe(buf, cap, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4), bf__field_i64(r, i, 5),
+                   app, addr, role);
+}
+
 bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *unanswered_out,
                         char *diag, size_t cap)
 {
@@ -90,13 +102,8 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
                    1, params);
     int n = err == BF_OK ? PQntuples(r) : 0;
     for (int i = 0; err == BF_OK && i < n; i++) {
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
         char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
-                       bf__field_i64(r, i, 5), app, addr, role);
+        watch_describe_row(what, sizeof what, r, i);
         bf_audit_record rec = {.backfill_id = id,
                                .action = "old_writer",
                                .who = &(bf_actor){.actor = e->owner, .authority = "engine"},
@@ -111,13 +118,8 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
         return err;
     }
     for (int i = 0; i < n; i++) {
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, i, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, i, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, i, 2));
         char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, i, 3), bf__field_i64(r, i, 4),
-                       bf__field_i64(r, i, 5), app, addr, role);
+        watch_describe_row(what, sizeof what, r, i);
         bf_log_record rec = BF_LOG_RECORD_INIT;
         rec.level = BF_LOG_WARN;
         rec.event = BF_EV_OLD_WRITER;
@@ -155,13 +157,8 @@ bf_err bf__watch_report(bf_engine *e, const char *id, int64_t *rows_out, bool *u
                        1, params);
         if (err != BF_OK)
             return err;
-        char app[BF_WRITER_TEXT_MAX], addr[BF_WRITER_TEXT_MAX], role[BF_WRITER_TEXT_MAX];
-        bf__audit_text(app, sizeof app, bf__field(r, 0, 0));
-        bf__audit_text(addr, sizeof addr, bf__field(r, 0, 1));
-        bf__audit_text(role, sizeof role, bf__field(r, 0, 2));
         char what[BF_DIAG_MAX];
-        watch_describe(what, sizeof what, bf__field_i64(r, 0, 3), bf__field_i64(r, 0, 4),
-                       bf__field_i64(r, 0, 5), app, addr, role);
+        watch_describe_row(what, sizeof what, r, 0);
         PQclear(r);
         char more[48] = "";
         if (writers > 1)
