@@ -249,9 +249,16 @@ static void test_desktop_real_daemon(void **state)
         assert_true(i < 6000);
         bd_sleep_ms(5);
     }
-    bt_lock(holder, K_ITEMS);
-    dd_wait(&a, "row." ITEMS ".bar", "~");
-    dd_wait(&a, "detail.progress", "rows");
+    bt_lock(holder, K_ITEMS); /* returns once the batch in flight committed: no more progress */
+    bd_get_resp *held = bd_get(c, ITEMS);
+    long long covered = held->backfill->progress->rows_covered;
+    bd_free(held);
+    char rows[64];
+    snprintf(rows, sizeof rows, "%lld,%03lld rows", covered / 1000, covered % 1000);
+    dd_wait(&a, "detail.progress", rows); /* the detail and the list of the same refresh */
+    const char *bar = dd_field(&a, "row." ITEMS ".bar");
+    if (bar == NULL || bar[0] != '~' || strncmp(bar, "~0%", 3) == 0)
+        fail_msg("the row shows no progress bar past 0 for %s:\n%s", rows, a.dump);
     dd_wait(&a, "detail.audit.0", "start    by operator@test: pending -> running");
     shot(&a, "running");
 
