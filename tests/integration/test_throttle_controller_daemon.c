@@ -56,16 +56,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void reconfigure(const char *lines, const char *logged)
-{
-    FILE *f = fopen(d.config, "a");
-    assert_non_null(f);
-    fprintf(f, "%s\n", lines);
-    fclose(f);
-    assert_int_equal(kill(d.pid, SIGHUP), 0);
-    bd_wait_log(&d, logged);
-}
-
 static void test_controller_through_the_daemon(void **state)
 {
     (void)state;
@@ -130,11 +120,11 @@ static void test_controller_through_the_daemon(void **state)
         fail_msg("buzzctl get does not show the controller:\n%s", out);
 
     /* a floor above the ceiling is refused; the controller goes on */
-    reconfigure("throttle_rate_min = 100", "configuration refused");
+    bd_reconfigure(&d, "throttle_rate_min = 100", "configuration refused");
     assert_true(bd_log_contains(&d, "rate_min 100 is above rate_max 50"));
     /* off: the backfill completes, every row applied once */
-    reconfigure("throttle_rate_min = 5\nthrottle_latency_target_ms = 0",
-                "throttle settings reloaded");
+    bd_reconfigure(&d, "throttle_rate_min = 5\nthrottle_latency_target_ms = 0",
+                   "throttle settings reloaded");
     bd_free(bd_wait_state(c, "rob.decl_v1", BD_ST(COMPLETED)));
     assert_int_equal(bt_int(pg, "SELECT count(*) FROM rob_decl WHERE counter <> 1"), 0);
     bfc_close(c);

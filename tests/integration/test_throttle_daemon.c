@@ -55,17 +55,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Append lines to the daemon's configuration file (later keys win) and SIGHUP it. */
-static void reconfigure(const char *lines, const char *logged)
-{
-    FILE *f = fopen(d.config, "a");
-    assert_non_null(f);
-    fprintf(f, "%s\n", lines);
-    fclose(f);
-    assert_int_equal(kill(d.pid, SIGHUP), 0);
-    bd_wait_log(&d, logged);
-}
-
 /* Wait (at most 10 s) until /metrics shows the custom signal's gauge and counter at these
  * values. */
 static void wait_metrics(int port, const char *workers, const char *total)
@@ -147,14 +136,14 @@ static void test_throttled_through_the_daemon(void **state)
     wait_metrics(port, "1", "2");
 
     /* a refused reload keeps the previous settings: still throttled */
-    reconfigure("batch_min = 50\nbatch_max = 10", "configuration refused");
+    bd_reconfigure(&d, "batch_min = 50\nbatch_max = 10", "configuration refused");
     g = bd_get(c, "rob.decl_v1");
     assert_non_null(g->backfill->throttle);
     assert_int_equal(g->backfill->progress->rows_committed, 0);
     bd_free(g);
     /* a valid one releases it, without a restart */
-    reconfigure("batch_min = 0\nbatch_max = 0\nthrottle_custom_sql = ''",
-                "throttle settings reloaded");
+    bd_reconfigure(&d, "batch_min = 0\nbatch_max = 0\nthrottle_custom_sql = ''",
+                   "throttle settings reloaded");
     g = bd_wait_state(c, "rob.decl_v1", BD_ST(COMPLETED));
     assert_null(g->backfill->throttle);
     bd_free(g);

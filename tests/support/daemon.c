@@ -675,6 +675,16 @@ void bd_reload(bd_daemon *d)
     fail_msg("the daemon did not reload its keys; see %s", d->log);
 }
 
+void bd_reconfigure(bd_daemon *d, const char *lines, const char *logged)
+{
+    FILE *f = fopen(d->config, "a");
+    assert_non_null(f);
+    fprintf(f, "%s\n", lines);
+    fclose(f);
+    assert_int_equal(kill(d->pid, SIGHUP), 0);
+    bd_wait_log(d, logged);
+}
+
 /* ---- tokens ------------------------------------------------------------------------------ */
 
 void bd_mint(char *out, size_t out_len, const bd_token_spec *spec, char *id_hex)

@@ -135,6 +135,9 @@ bool bd_log_contains(const bd_daemon *d, const char *text);
 void bd_wait_log(const bd_daemon *d, const char *text);
 /* SIGHUP, then wait until the daemon logged that it reloaded keys and revocations. */
 void bd_reload(bd_daemon *d);
+/* Append lines to d's configuration file (later keys win), SIGHUP it and wait (bd_wait_log)
+ * for logged. */
+void bd_reconfigure(bd_daemon *d, const char *lines, const char *logged);
 
 /* ---- tokens ---------------------------------------------------------------------------- */
 
