@@ -143,6 +143,17 @@ static void test_desktop_real_daemon(void **state)
     bt_make_items(pg, "c13_f", 100);
     bt_exec(pg, "CREATE TABLE c13_ctl (prereq_ok boolean NOT NULL, break_validation boolean"
                 " NOT NULL); INSERT INTO c13_ctl VALUES (false, true)");
+    /* a self-signed certificate for localhost: the daemon's tls+tcp:// listener and the CA
+     * the window is given */
+    char tls_cmd[2048], cert[300], bundle[300];
+    snprintf(cert, sizeof cert, "%s/tls-cert.pem", bd_dir());
+    snprintf(bundle, sizeof bundle, "%s/tls-bundle.pem", bd_dir());
+    snprintf(tls_cmd, sizeof tls_cmd,
+             "cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout tls-key.pem -out %s"
+             " -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1"
+             " >/dev/null 2>&1 && cat %s tls-key.pem > %s && chmod 600 %s",
+             bd_dir(), cert, cert, bundle, bundle);
+    assert_int_equal(system(tls_cmd), 0);
     PGconn *holder = bd_connect(NULL);
     bt_lock(holder, K_ITEMS);
     bt_lock(holder, K_PAUSED);
@@ -151,6 +162,7 @@ static void test_desktop_real_daemon(void **state)
     o.auto_migrate = true;
     o.auto_backfill = true;
     o.workers = 4;
+    o.tls_cert_key_file = bundle;
     bd_daemon d;
     bd_start(&d, &o);
     bd_wait_registered(pg, 4);
@@ -174,7 +186,11 @@ static void test_desktop_real_daemon(void **state)
     dd_refute(&a, "NOT READY");
     dd_refute(&a, "0 backfills");
 
-    /* the connection dialog: the token file, then Connect; the token is not saved */
+    /* the connection dialog: tls+tcp:// with the CA and the name to verify, the token file,
+     * then Connect; from here on every call goes over TLS; the token is not saved */
+    dd_do(&a, "set conn.url %s", d.tls_url);
+    dd_do(&a, "set conn.tls-ca %s", cert);
+    dd_do(&a, "set conn.tls-server-name localhost");
     dd_do(&a, "set conn.token-file %s", token_file);
     dd_do(&a, "click conn.connect");
     dd_wait(&a, "whoami", "signed in as operator@test (token kid=k1)");
@@ -182,6 +198,8 @@ static void test_desktop_real_daemon(void **state)
     snprintf(settings, sizeof settings, "%s/buzz-backfill/desktop.conf", config);
     char *saved = read_file(settings);
     assert_non_null(strstr(saved, token_file));
+    assert_non_null(strstr(saved, d.tls_url));
+    assert_non_null(strstr(saved, cert));
     assert_null(strstr(saved, "bbt1."));
     free(saved);
 
