@@ -34,7 +34,14 @@
  *     BF_STEP_BATCH;
  *   - worker.c worker_complete's bf__watch_remove: without it "two_writers" finds the trigger;
  *   - migrate.c version 10's backend_pid in old_writer's key: without it "sessions" waits on
- *     the open transaction's counter row until its statement_timeout.
+ *     the open transaction's counter row until its statement_timeout;
+ *   - watch.c watch_trigger's WHEN clause of the heal trigger (needs_repair on NEW): made always
+ *     true, "heal" counts the batches' own writes too (107 rows, not 7);
+ *   - watch_heal.c's subquery refusal: without it "heal" sees the subquery definition start;
+ *   - watch.c watch_predicate's fallback to a function of the row: without it "bare_columns"
+ *     cannot start (BF_ERR_DEFINITION);
+ *   - watch_report.c bf_watch_probe_finish's bf__watch_drop: without it "probe" finds the
+ *     probe's trigger left on the table.
  */
 #include <setjmp.h>
 #include <stdarg.h>
