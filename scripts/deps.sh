@@ -128,9 +128,10 @@ else
     exit 1
 fi
 
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+# another apt user (a second test run beside this one installing its packages) is waited for
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
+    apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
 
 mapfile -t still_missing < <(missing_packages)
 if ((${#still_missing[@]} != 0)); then

@@ -26,6 +26,18 @@ die()
 
 ((EUID == 0)) || die "needs root (apt-get install/purge)"
 [[ -n "${BUZZ_TEST_PG_URL:-}" ]] || die "BUZZ_TEST_PG_URL is not set"
+# The packages are installed machine-wide: a second run of this script (another clone's
+# scripts/test.sh beside this one) waits until the first has purged its packages before it
+# installs its own (or each could test the other's files), and apt waits for any other user of
+# dpkg instead of failing at once (two runs side by side failed here: "Could not get lock").
+LOCK_FILE=/run/lock/buzz-backfill-package-test.lock
+[[ -d /run/lock ]] || LOCK_FILE=/tmp/buzz-backfill-package-test.lock
+exec 9>"$LOCK_FILE" || die "cannot open $LOCK_FILE"
+if ! flock -n 9; then
+    echo "$PROG: another package test runs; waiting for it (at most 30 minutes)"
+    flock -w 1800 9 || die "another package test held $LOCK_FILE for 30 minutes"
+fi
+APT_WAIT=(-o DPkg::Lock::Timeout=600)
 shopt -s nullglob
 # buzz-backfill-desktop is built when gtk4 is there (BUZZ_DESKTOP=AUTO; scripts/deps.sh installs it)
 desktop_debs=("$ROOT"/build-pkg/buzz-backfill-desktop_*.deb)
@@ -60,7 +72,7 @@ done
 
 echo "--- install"
 install_log="$(mktemp)"
-DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}" 2>&1 |
+DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" install -y --no-install-recommends "${debs[@]}" 2>&1 |
     tee "$install_log"
 ((PIPESTATUS[0] == 0)) || die "apt-get install failed"
 # postinst makes the system user quietly (adduser warned about the home it did not create)
@@ -195,7 +207,7 @@ psql "$BUZZ_TEST_PG_URL" -qtAc "DROP DATABASE $db WITH (FORCE)"
 rm -f "$log"
 
 echo "--- purge"
-DEBIAN_FRONTEND=noninteractive apt-get purge -y "${PKGS[@]}"
+DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" purge -y "${PKGS[@]}"
 left=0
 while read -r f; do
     [[ -z "$f" || -d "$f" ]] && continue # directories may be shared (/usr/share/doc, ...)
