@@ -166,7 +166,7 @@ log="$(mktemp)"
 setpriv --reuid buzz-backfill --regid buzz-backfill --init-groups -- \
     env BUZZ_BACKFILL_CONFIG="$CONF" \
     BUZZ_BACKFILL_DATABASE_URL="$db_url" BUZZ_BACKFILL_AUTO_MIGRATE=on \
-    /usr/sbin/buzz-backfilld run 2>"$log" &
+    /usr/sbin/buzz-backfilld run 2>"$log" 9>&- &
 daemon_pid=$!
 ok=0
 for _ in $(seq 1 300); do
