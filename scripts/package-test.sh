@@ -132,6 +132,8 @@ if [[ " ${PKGS[*]} " == *" buzz-backfill-desktop "* ]]; then
     /usr/bin/buzz-backfill-desktop --version
     grep -qx 'Exec=buzz-backfill-desktop' /usr/share/applications/buzz-backfill-desktop.desktop ||
         die "the desktop file does not start buzz-backfill-desktop"
+    [[ -f /usr/share/man/man1/buzz-backfill-desktop.1.gz ]] ||
+        die "man page buzz-backfill-desktop.1 not installed"
     [[ -f /usr/share/icons/hicolor/scalable/apps/buzz-backfill-desktop.svg ]] ||
         die "the desktop client's icon is not installed"
 fi
