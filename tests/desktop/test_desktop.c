@@ -10,7 +10,9 @@
  * - the confirmation (desk_on_control only asks; desk_on_confirm's Send sends): after Start or
  *   Pause alone the backfill is unchanged in PostgreSQL;
  * - outcomes only from the server's answer (bfc_dash_outcome in desk_sender_send): the shown
- *   transition, request id and refusal reason are the ones the server recorded and answered;
+ *   transition, request id and refusal reason are the ones the server recorded and answered,
+ *   for all five controls against the real daemon (start, pause, retry refused, resume, and
+ *   validate, whose shown request id is its audit row's: seen failing with the id made up);
  * - the stale path of the shared model (bfc_dash_apply_list/_ready through dash_fetch.c): with
  *   the daemon stopped the rows stay, marked STALE, readiness and identity unknown;
  * - unknown stays unknown: a Check answer without a verdict, a backfill without progress, an
@@ -292,6 +294,11 @@ static void test_desktop_real_daemon(void **state)
     dd_cmd(&a, "dump");
     assert_non_null(strstr(dd_field(&a, "outcome"), reason));
     want_db_state(pg, PAUSED_ID, "paused");
+    /* resume, answered, then pause again (the rest of the test shows it paused) */
+    control(&a, "resume", PAUSED_ID, "resume " PAUSED_ID ": paused -> running (request id ");
+    want_db_state(pg, PAUSED_ID, "running");
+    control(&a, "pause", PAUSED_ID, "pause " PAUSED_ID ": running -> paused (request id ");
+    want_db_state(pg, PAUSED_ID, "paused");
 
     /* blocked and failed with their diagnostics */
     dd_do(&a, "select " BLOCKED);
@@ -302,11 +309,36 @@ static void test_desktop_real_daemon(void **state)
     dd_wait(&a, "detail.error", "validation");
     dd_wait(&a, "detail.validation", "failure");
     shot(&a, "failed");
+    /* an explicit validation of the failed one: the outcome shown is the server's (its audit
+     * row has the same request id) */
+    control(&a, "validate", FAILED, "validate " FAILED);
+    for (int i = 0;; i++) { /* past "sent, waiting for the answer": the answer names its id */
+        dd_cmd(&a, "dump");
+        const char *v = dd_field(&a, "outcome");
+        if (v != NULL && strncmp(v, "validate " FAILED, strlen("validate " FAILED)) == 0 &&
+            strstr(v, "(request id ") != NULL)
+            break;
+        if (i == DD_DEADLINE_S * 10)
+            fail_msg("no answer to the validation shown: %s", v ? v : "(none)");
+        struct timespec ts = {0, 100 * 1000000L}; /* a bounded poll of the window */
+        nanosleep(&ts, NULL);
+    }
+    outcome_request_id(&a, rid, sizeof rid);
+    assert_int_equal(bt_int(pg,
+                            "SELECT count(*) FROM buzz_backfill.audit WHERE backfill_id = '%s'"
+                            " AND action = 'validate' AND request_id = '%s'"
+                            " AND actor = 'operator@test'",
+                            FAILED, rid),
+                     1);
 
-    /* only supported controls reached the server: its audit holds start, pause, retry */
+    /* only the controls clicked reached the server: its audit holds them and nothing else */
     long long other = bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE actor ="
-                                 " 'operator@test' AND action NOT IN ('start', 'pause', 'retry')");
+                                 " 'operator@test' AND action NOT IN ('start', 'pause', 'retry',"
+                                 " 'resume', 'validate')");
     assert_int_equal(other, 0);
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM buzz_backfill.audit WHERE actor ="
+                                " 'operator@test'"),
+                     6); /* start, pause, retry, resume, pause, validate */
 
     /* the daemon goes: the last data stays, marked STALE; nothing claims ready or gone */
     bfc_close(c);
