@@ -72,6 +72,10 @@ const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id,
 /* "{a,b}": a text[] literal of the registry's IDs (only required ones when asked), owned by the
  * registry ("{}" when empty). */
 const char *bf__registry_ids(const bf_registry *reg, bool required_only);
+/* A seam for tests (tests/unit/test_registry.c): when set, bf_registry_add calls it between
+ * publishing an entry's index slot and its count, where a reader can look at the registry
+ * half-published. NULL in production. */
+extern void (*bf__registry_between_stores)(const bf_registry *reg);
 
 /* ---- engine session (engine.c) --------------------------------------------------------- */
 

@@ -10,10 +10,14 @@
  * read with an acquire load, so a reader sees whole entries only, the first count of them.
  * The IDs are indexed by an open-addressing hash table of fixed size (BF_REGISTRY_SLOTS, twice
  * the most entries, so probes stay short and a free slot always exists): a slot holds an entry's
- * position + 1 and is published with a release store after the entry and the count, so a reader
- * that finds a slot finds a whole entry. Slots are only ever filled (an entry is never removed
- * once shared), so a reader's linear probe that meets an empty slot has seen every entry added
- * before its call. Lookups are O(1) and startup with n definitions O(n), not O(n^2).
+ * position + 1 and is published with a release store after the entry and before the count, so a
+ * reader that finds a slot finds a whole entry, and every entry a reader counts it can also
+ * find; a lookup that finds an entry the count does not include yet answers "absent", so the
+ * two views agree. (With the count first, a reader walking the entries could count one and not
+ * find it: test_registry's reader saw it under ASan on a loaded machine.) Slots are only ever
+ * filled (an entry is never removed once shared), so a reader's linear probe that meets an empty
+ * slot has seen every entry added before its call. Lookups are O(1) and startup with n definitions
+ * O(n), not O(n^2).
  *
  * The text[] literals of the IDs (what the engines' queries name) are replaced by pointer
  * (release/acquire) and the ones they replace are retired, not freed, until the registry is: a
@@ -226,6 +230,8 @@ const char *bf__registry_ids(const bf_registry *reg, bool required_only)
 
 /* ---- registry -------------------------------------------------------------------------- */
 
+void (*bf__registry_between_stores)(const bf_registry *reg) = NULL;
+
 bf_err bf_registry_new(bf_registry **out)
 {
     if (out == NULL)
@@ -315,10 +321,13 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
         bf__compiled_fini(slot);
         return err;
     }
-    /* the entry is whole: readers may see it from here on (count, its index slot, then the
-     * literals) */
-    atomic_store_explicit(&reg->count, n + 1, memory_order_release);
+    /* the entry is whole: readers may see it from here on (its index slot, the count, then
+     * the literals: a reader that counts it can find it; one that finds it before the count
+     * does takes it as absent, bf__registry_compiled) */
     atomic_store_explicit(&reg->index[at], (uint32_t)(n + 1), memory_order_release);
+    if (bf__registry_between_stores != NULL)
+        bf__registry_between_stores(reg);
+    atomic_store_explicit(&reg->count, n + 1, memory_order_release);
     if (reg->batch_depth == 0)
         registry_publish_ids(reg, n + 1, all, required);
     return BF_OK;
@@ -399,6 +408,8 @@ const bf_compiled *bf__registry_compiled(const bf_registry *reg, const char *id,
     if (!found)
         return NULL;
     size_t i = atomic_load_explicit(&reg->index[at], memory_order_acquire) - 1;
+    if (i >= bf_registry_count(reg))
+        return NULL; /* indexed, not yet counted: it joins with the count */
     if (index != NULL)
         *index = i;
     return registry_slot(reg, i);
