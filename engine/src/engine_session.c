@@ -39,6 +39,11 @@
  */
 
 #define ENGINE_PROBE_WAIT_MS 2000
+/* A round where the probe got another server and ours stayed proves nothing by itself: a
+ * transaction pooler with several idle servers, or whose most recently used one another client
+ * just released, can do that too (seen: a daemon's admin session passed the check beside its
+ * own other sessions under load). The check repeats it; a session pooler passes every round. */
+#define ENGINE_PROBE_ROUNDS 5
 
 /* The backend pid of c, and its client port and address as the server sees them (port -1 and
  * "" over a unix socket). */
@@ -157,20 +162,27 @@ bf_err bf__session_kept(bf_engine *e)
     if (port >= 0 ? engine_socket_is(e->conn, port, addr) : engine_unix_is_direct(e->conn, pid))
         return BF_OK; /* nothing between us and the server */
     bf__log(e, BF_LOG_DEBUG, "session check: not a direct connection, probing with a second one");
-    PGconn *probe = PQconnectdb(e->conninfo);
-    if (probe == NULL)
-        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
-    int theirs = engine_probe_pid(e, probe);
-    bool ours = theirs != 0 && engine_backend(e->conn, &again, &ignored, addr, sizeof addr);
-    if (theirs != 0)
-        PQclear(PQexec(probe, "ROLLBACK"));
-    PQfinish(probe);
-    if (theirs != 0 && !ours) {
-        bf__log(e, BF_LOG_ERROR, "session check failed: %s", PQerrorMessage(e->conn));
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    int theirs = 0;
+    for (int round = 0; round < ENGINE_PROBE_ROUNDS; round++) {
+        PGconn *probe = PQconnectdb(e->conninfo);
+        if (probe == NULL)
+            return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+        theirs = engine_probe_pid(e, probe);
+        bool ours = theirs != 0 && engine_backend(e->conn, &again, &ignored, addr, sizeof addr);
+        if (theirs != 0)
+            PQclear(PQexec(probe, "ROLLBACK"));
+        PQfinish(probe);
+        if (theirs != 0 && !ours) {
+            bf__log(e, BF_LOG_ERROR, "session check failed: %s", PQerrorMessage(e->conn));
+            return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+        }
+        if (theirs == 0)
+            return BF_OK; /* settles nothing */
+        if (theirs == pid || again != pid)
+            break; /* the pooler gave our server away, or moved us */
     }
-    if (theirs == 0 || (theirs != pid && again == pid))
-        return BF_OK;
+    if (theirs != pid && again == pid)
+        return BF_OK; /* every round: the probe elsewhere, ours kept */
     bf__log(e, BF_LOG_ERROR,
             "the database connection does not keep its session: it ran on server session %d,"
             " a second connection got %d, then it ran on %d. A connection pooler in transaction"
