@@ -14,8 +14,9 @@
  * down to batch_min and passes a fifth of the keys per second of the fixed side; the test
  * requires at least half of it (0.8 failed on a machine at load 12, where the measured time of
  * a batch carries the wait for a CPU, 0.66x, with the adaptive size back at its ceiling by the
- * end: the margin is for the host, the guard's failure is a fifth). Each side runs about 3 seconds; then the trigger is dropped,
- * both backfills finish and every row is checked to have been applied exactly once.
+ * end: the margin is for the host, the guard's failure is a fifth). Each side runs about 3 seconds;
+ * then the trigger is dropped, both backfills finish and every row is checked to have been applied
+ * exactly once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
