@@ -34,6 +34,7 @@ PACKAGES=(
     libclang-rt-14-dev
     clang-format
     procps
+    iproute2   # ss: the hostile-peer suites show both ends of a stuck tcp connection
     prometheus
     util-linux
     python3

@@ -215,16 +215,47 @@ long sp_unread(const sp_peer *p)
     return unread;
 }
 
+/* Both ends of a tcp peer's connection as the kernel sees them (queues, timers, backoff,
+ * drops), on stderr: whether bytes wait in the daemon's receive queue (it stopped reading) or
+ * in the peer's send queue (the peer's kernel holds them: a closed window, a retransmission
+ * backing off) is the first question a failure asks. */
+static void sp_show_connection(const sp_peer *p)
+{
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    if (p->ipc || getsockname(p->fd, (struct sockaddr *)&me, &len) != 0)
+        return;
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "ss -tnmoi '( sport = :%u or dport = :%u )' 1>&2",
+             (unsigned)ntohs(me.sin_port), (unsigned)ntohs(me.sin_port));
+    fprintf(stderr, "the connection of the peer on port %u:\n", (unsigned)ntohs(me.sin_port));
+    if (system(cmd) != 0)
+        fprintf(stderr, "(ss is not available)\n");
+}
+
 void sp_wait_read(const sp_peer *p, int wait_ms)
 {
     int64_t until = now_ms() + wait_ms;
     long unread;
     /* A closed connection counts as done: the daemon's sweeper may close a quiet unread one
      * while this waits (its threads held by replies that time out left the pipe unread for
-     * SRV_TRANSPORT_QUIET_MS), and after the reset the send queue's count never drains. */
+     * SRV_TRANSPORT_QUIET_MS), and after the reset the send queue's count never drains.
+     * The peer reads (and drops) its replies meanwhile: a tcp peer whose tiny receive buffer
+     * is full can stop learning that the daemon's window reopened. Once the kernel dropped one
+     * of the daemon's segments for want of memory, every later segment of the daemon (its
+     * window updates too) is beyond the peer's closed window and ignored, and the peer's
+     * remaining requests wait for the daemon's retransmission timer, backed off to tens of
+     * seconds: seen with 50 KB of requests held by the peer's kernel for 24 s while the
+     * daemon's receive queue was empty. Reading is what reopens the peer's window; whether the
+     * daemon reads everything is then up to the daemon alone. */
+    char sink[4096];
     while ((unread = sp_unread(p)) != 0 && !sp_closed_by_daemon(p)) {
-        if (now_ms() > until)
+        while (recv(p->fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+            ;
+        if (now_ms() > until) {
+            sp_show_connection(p);
             fail_msg("the daemon left %ld bytes of a peer unread", unread);
+        }
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -41,7 +41,8 @@ int sp_open_count(const sp_peer *peers, size_t n);
 long sp_unread(const sp_peer *p);
 /* Wait until the daemon has read everything p sent (then no read of it is in progress, and
  * closing it cannot meet nng 1.5.2's close race) or has closed p itself; fails the test after
- * wait_ms. */
+ * wait_ms, showing both ends of a tcp connection (ss). p reads its replies meanwhile (the
+ * slow reader leaves): a full receive window can hold back p's own requests (sp_peer.c). */
 void sp_wait_read(const sp_peer *p, int wait_ms);
 /* Close with a reset (unread data is discarded, the daemon sees ECONNRESET). */
 void sp_reset(sp_peer *p);
