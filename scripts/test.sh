@@ -213,9 +213,37 @@ stage_postgres()
     "$PG" url >/dev/null
 }
 
+# ctest with the daemon logs of the suites kept in a directory of this run: a failure
+# message says "see <log>", and on a CI machine that log is gone with the machine, so the
+# tail of each log of a failed suite is printed after ctest's own output.
 run_ctest()
 {
-    ctest --test-dir "$1" --output-on-failure -j2 --timeout 600
+    local dir out rc
+    dir=$(mktemp -d /tmp/buzz-ctest.XXXXXX)
+    out="$dir/ctest.out"
+    set +e
+    BUZZ_TEST_TMP="$dir" BUZZ_KEEP_LOGS=1 ctest --test-dir "$1" --output-on-failure -j2 \
+        --timeout 600 "${@:2}" 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if ((rc != 0)); then
+        show_kept_logs "$out"
+    fi
+    rm -rf "$dir"
+    return "$rc"
+}
+
+# The last lines of each daemon log a failed suite kept ("daemon logs kept in DIR").
+show_kept_logs()
+{
+    local kept log
+    grep -o 'daemon logs kept in [^ ]*' "$1" | awk '{print $5}' | sort -u | while read -r kept; do
+        for log in "$kept"/*.log; do
+            [[ -f "$log" ]] || continue
+            echo "===== last 60 lines of $log ====="
+            tail -n 60 "$log" | cut -c1-400
+        done
+    done
 }
 
 stage_test()
@@ -255,7 +283,7 @@ stage_asan_build()
 
 stage_asan_test()
 {
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E "$ASAN_SKIP"
+    run_ctest build-asan -E "$ASAN_SKIP"
 }
 
 stage_fuzz_build()

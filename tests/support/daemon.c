@@ -93,7 +93,11 @@ void bd_setup(const char *name)
     if (!registered && atexit(bd_kill_all) == 0)
         registered = true;
     memset(&bd, 0, sizeof bd);
-    snprintf(bd.dir, sizeof bd.dir, "/tmp/buzz-%s-XXXXXX", name);
+    /* scripts/test.sh gives each ctest run a directory of its own and keeps the logs there
+     * (BUZZ_KEEP_LOGS), to show a failed suite's daemon logs */
+    const char *base = getenv("BUZZ_TEST_TMP");
+    snprintf(bd.dir, sizeof bd.dir, "%s/buzz-%s-XXXXXX", base != NULL && *base ? base : "/tmp",
+             name);
     assert_non_null(mkdtemp(bd.dir));
     snprintf(bd.trusted, sizeof bd.trusted, "%s/trusted.pub", bd.dir);
     snprintf(bd.revoked, sizeof bd.revoked, "%s/revoked", bd.dir);
@@ -181,7 +185,7 @@ void bd_teardown(bool keep)
     bd.key = NULL;
     if (bd.dir[0] == '\0')
         return;
-    if (keep) {
+    if (keep || getenv("BUZZ_KEEP_LOGS") != NULL) {
         fprintf(stderr, "daemon logs kept in %s\n", bd.dir);
         return;
     }
