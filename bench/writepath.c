@@ -10,8 +10,11 @@
  * drift in the machine's load and the order touch both alike. Two
  * shapes: single-row INSERTs each in its own transaction (a relay storing events one by one),
  * and 500-row INSERTs (a bulk import), as microseconds per row. The ratio reported is the
- * median over rounds of on / off. Usage: writepath [ROUNDS] [ROWS] (BUZZ_TEST_PG_URL or
- * BUZZ_BENCH_PG_URL names the server; a private database is created and dropped).
+ * median over rounds of on / off. A third shape pairs the single-row inserts with a twin
+ * table that is never watched, one insert into each in turn inside the "on" window: no drift,
+ * no DDL and no phase order between the two sides. Usage: writepath [ROUNDS] [ROWS]
+ * (BUZZ_TEST_PG_URL or BUZZ_BENCH_PG_URL names the server; a private database is created and
+ * dropped).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,12 @@ static const char schema_sql[] =
     "INSERT INTO demo.events (event_id, pubkey, created_at, kind, content, tags)"
     " SELECT sha256(g::text::bytea), sha256((g % 97)::text::bytea),"
     "  now() - g * interval '1 s', 1, 'seed', '[]' FROM generate_series(1, 2000) g;"
-    "ANALYZE demo.events";
+    /* the twin: the same table, never watched, for the paired shape */
+    "CREATE TABLE demo.events_twin (LIKE demo.events INCLUDING ALL);"
+    "CREATE TRIGGER events_derive BEFORE INSERT OR UPDATE OF content, pubkey, tags"
+    " ON demo.events_twin FOR EACH ROW EXECUTE FUNCTION demo.events_derive();"
+    "INSERT INTO demo.events_twin SELECT * FROM demo.events;"
+    "ANALYZE demo.events; ANALYZE demo.events_twin";
 
 /* one event: distinct ids from a sequence of the run, a pubkey of 97 authors */
 static const char insert_one[] =
@@ -69,6 +77,60 @@ static double time_single(PGconn *c, int rows)
         PQclear(r);
     }
     return (bench_now() - t0) * 1e6 / rows;
+}
+
+static const char insert_twin[] =
+    "INSERT INTO demo.events_twin (event_id, pubkey, created_at, kind, content, tags)"
+    " VALUES (sha256($1::text::bytea), sha256(($1::text::bigint % 97)::text::bytea),"
+    " clock_timestamp(), 1,"
+    " 'hello from the relay', '[[\"p\", \"x\"]]')";
+
+/* One single-row INSERT (autocommit) of sql; its microseconds. */
+static double insert_timed(PGconn *c, const char *sql)
+{
+    char id[24];
+    snprintf(id, sizeof id, "%lld", next_id++);
+    const char *p[] = {id};
+    double t0 = bench_now();
+    PGresult *r = PQexecParams(c, sql, 1, NULL, p, NULL, NULL, 0);
+    double us = (bench_now() - t0) * 1e6;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        bench_die("insert: %s", PQerrorMessage(c));
+    PQclear(r);
+    return us;
+}
+
+/* The relay's single-row inserts, paired: rows inserts into the watched table and rows into its
+ * never-watched twin, alternating one by one (and which goes first), each in its own
+ * transaction, so that both see the same moment of the machine, the same WAL position and no
+ * DDL between them. The medians and the means of each side's per-insert times, in
+ * microseconds. */
+static void time_paired(PGconn *c, int rows, double *on_us, double *off_us, double *on_mean,
+                        double *off_mean)
+{
+    double *on = malloc(sizeof *on * (size_t)rows), *off = malloc(sizeof *off * (size_t)rows);
+    if (on == NULL || off == NULL)
+        bench_die("out of memory");
+    for (int i = 0; i < rows; i++) {
+        if (i % 2 == 0) {
+            on[i] = insert_timed(c, insert_one);
+            off[i] = insert_timed(c, insert_twin);
+        } else {
+            off[i] = insert_timed(c, insert_twin);
+            on[i] = insert_timed(c, insert_one);
+        }
+    }
+    *on_mean = *off_mean = 0;
+    for (int i = 0; i < rows; i++) {
+        *on_mean += on[i] / rows;
+        *off_mean += off[i] / rows;
+    }
+    qsort(on, (size_t)rows, sizeof *on, bench_cmp_double);
+    qsort(off, (size_t)rows, sizeof *off, bench_cmp_double);
+    *on_us = on[rows / 2];
+    *off_us = off[rows / 2];
+    free(on);
+    free(off);
 }
 
 /* microseconds per row of rows rows inserted 500 at a time */
@@ -167,6 +229,8 @@ int main(int argc, char **argv)
     (void)time_single(relay, rows / 4); /* warm the caches and the plans */
     (void)time_bulk(relay, rows);
 
+    double paired_on[MAX_ROUNDS], paired_off[MAX_ROUNDS], paired_ratio[MAX_ROUNDS];
+    (void)insert_timed(relay, insert_twin);
     double single_ratio[MAX_ROUNDS], bulk_ratio[MAX_ROUNDS];
     double single_on[MAX_ROUNDS], single_off[MAX_ROUNDS], bulk_on[MAX_ROUNDS], bulk_off[MAX_ROUNDS],
         server_on[MAX_ROUNDS], server_off[MAX_ROUNDS], server_ratio[MAX_ROUNDS];
@@ -186,6 +250,9 @@ int main(int argc, char **argv)
         single_on[i] = time_single(relay, rows);
         bulk_on[i] = time_bulk(relay, rows * 5);
         server_on[i] = time_server(relay, rows * 5);
+        double mean_on = 0, mean_off = 0;
+        time_paired(relay, rows, &paired_on[i], &paired_off[i], &mean_on, &mean_off);
+        paired_ratio[i] = paired_on[i] / paired_off[i];
         bool removed = false;
         if (bf_watch_off(e, ids[i], NULL, &removed) != BF_OK || !removed)
             bench_die("watch off %s: %s", ids[i], bf_engine_diag(e));
@@ -198,9 +265,11 @@ int main(int argc, char **argv)
         single_ratio[i] = single_on[i] / single_off[i];
         bulk_ratio[i] = bulk_on[i] / bulk_off[i];
         printf("round %d: single %.1f us/row on, %.1f off (x%.3f); bulk %.2f on, %.2f off"
-               " (x%.3f); in-server %.2f on, %.2f off (x%.3f)\n",
+               " (x%.3f); in-server %.2f on, %.2f off (x%.3f); paired %.1f on, %.1f off"
+               " (x%.3f; means %.1f, %.1f, x%.3f)\n",
                i + 1, single_on[i], single_off[i], single_ratio[i], bulk_on[i], bulk_off[i],
-               bulk_ratio[i], server_on[i], server_off[i], server_ratio[i]);
+               bulk_ratio[i], server_on[i], server_off[i], server_ratio[i], paired_on[i],
+               paired_off[i], paired_ratio[i], mean_on, mean_off, mean_on / mean_off);
     }
     long long counted = bench_int(d.db, "SELECT coalesce(sum(rows), 0) FROM"
                                         " buzz_backfill.old_writer");
@@ -213,7 +282,9 @@ int main(int argc, char **argv)
         double *on, *off, *ratio;
     } shapes[] = {{"single-row inserts, autocommit", single_on, single_off, single_ratio},
                   {"500-row inserts", bulk_on, bulk_off, bulk_ratio},
-                  {"single-row inserts in-server", server_on, server_off, server_ratio}};
+                  {"single-row inserts in-server", server_on, server_off, server_ratio},
+                  {"single-row inserts paired with the twin table (median insert)", paired_on,
+                   paired_off, paired_ratio}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         double mr = median(shapes[k].ratio, rounds);
         double mon = median(shapes[k].on, rounds), qon = quartile(shapes[k].on, rounds);
