@@ -5,6 +5,10 @@
  *   echo   a bare nng REQ/REP echo over tcp:// in this process: a REP socket with one context
  *          and thread per client, the same request size as the real request envelope, and a
  *          reply of the same size as the real response envelope;
+ *   echo, process  the same echo in a child process of its own: the daemon is a process of
+ *          its own too, while the in-process echo shares this process's nng poller and task
+ *          threads with the clients (one wake-up less on each side of a round trip); both are
+ *          reported, the goals are taken against the in-process one as issue 26 states them;
  *   pg     one indexed PostgreSQL read over libpq (SELECT * FROM buzz_backfill.backfill WHERE
  *          id = $1, prepared), one connection per client.
  *
@@ -31,6 +35,8 @@
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +70,8 @@ typedef enum rpc_op {
     OP_BASE_CHECK,
     OP_BASE_GET,
     OP_MIXED,
+    OP_ECHO_PROC_CHECK,
+    OP_ECHO_PROC_GET,
     OP_COUNT
 } rpc_op;
 
@@ -76,6 +84,8 @@ static const char *const rpc_op_names[] = {
     [OP_BASE_CHECK] = "base Check",
     [OP_BASE_GET] = "base Get",
     [OP_MIXED] = "Check+Get",
+    [OP_ECHO_PROC_CHECK] = "echo proc (Check)",
+    [OP_ECHO_PROC_GET] = "echo proc (Get)",
 };
 
 typedef struct rpc_opts {
@@ -97,6 +107,7 @@ static rpc_opts opts = {.requests = 20000, .rss_requests = 1000000, .rounds = 3}
 /* Sizes of the real envelopes, which the echo reproduces. */
 static size_t check_req_size, check_resp_size, get_req_size, get_resp_size;
 static char echo_url[64];
+static char echo_proc_url[64]; /* the same echo in a process of its own (echo_fork) */
 
 static int64_t now_ns(void)
 {
@@ -146,6 +157,36 @@ static void *echo_main(void *arg)
     nng_aio_free(aio);
     nng_ctx_close(ctx);
     return NULL;
+}
+
+static void echo_start(void);
+
+/* Start the echo in a child process (before this process starts nng: no fork after), its URL
+ * into echo_proc_url; the child dies with this process. */
+static void echo_fork(void)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("echo: pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("echo: fork");
+    if (pid == 0) {
+        close(fds[0]);
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        echo_start();
+        if (write(fds[1], echo_url, strlen(echo_url) + 1) < 0)
+            _exit(1);
+        close(fds[1]);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], echo_proc_url, sizeof echo_proc_url - 1);
+    close(fds[0]);
+    if (n <= 0)
+        die("echo: the child process did not start");
+    echo_proc_url[n] = '\0';
 }
 
 static void echo_start(void)
@@ -239,6 +280,8 @@ static bool rpc_once(rpc_client *k, long i)
         return call_pg(k->pg);
     case OP_ECHO_CHECK:
     case OP_ECHO_GET:
+    case OP_ECHO_PROC_CHECK:
+    case OP_ECHO_PROC_GET:
         return call_echo(k);
     case OP_COUNT:
         break;
@@ -285,13 +328,19 @@ static void client_open(rpc_client *k)
         break;
     case OP_ECHO_CHECK:
     case OP_ECHO_GET:
-        if (nng_req0_open(&k->req) != 0 || nng_dial(k->req, echo_url, NULL, 0) != 0)
+    case OP_ECHO_PROC_CHECK:
+    case OP_ECHO_PROC_GET: {
+        bool proc = k->op == OP_ECHO_PROC_CHECK || k->op == OP_ECHO_PROC_GET;
+        bool check = k->op == OP_ECHO_CHECK || k->op == OP_ECHO_PROC_CHECK;
+        if (nng_req0_open(&k->req) != 0 ||
+            nng_dial(k->req, proc ? echo_proc_url : echo_url, NULL, 0) != 0)
             die("cannot dial the echo server");
         nng_socket_set_ms(k->req, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-        k->echo_len = k->op == OP_ECHO_CHECK ? check_req_size : get_req_size;
-        k->echo_reply = (uint32_t)(k->op == OP_ECHO_CHECK ? check_resp_size : get_resp_size);
+        k->echo_len = check ? check_req_size : get_req_size;
+        k->echo_reply = (uint32_t)(check ? check_resp_size : get_resp_size);
         k->echo_buf = calloc(1, k->echo_len);
         break;
+    }
     case OP_COUNT:
         break;
     }
@@ -709,11 +758,13 @@ int main(int argc, char **argv)
 {
     parse(argc, argv);
     long rss_idle = rss_kib();
+    echo_fork();
     echo_start();
     learn_sizes();
-    printf("daemon %s (pid %ld); echo %s; pg read: SELECT * FROM buzz_backfill.backfill WHERE "
+    printf("daemon %s (pid %ld); echo %s, in a process of its own %s; pg read: SELECT * FROM "
+           "buzz_backfill.backfill WHERE "
            "id = $1\n",
-           opts.url, opts.pid, echo_url);
+           opts.url, opts.pid, echo_url, echo_proc_url);
     if (opts.base_url != NULL)
         printf("base daemon %s (pid %ld): Check and Get against it in every round\n", opts.base_url,
                opts.base_pid);
@@ -729,12 +780,14 @@ int main(int argc, char **argv)
     bool get = opts.only == NULL || strcmp(opts.only, "get") == 0;
     if (check) {
         ops[nops++] = OP_ECHO_CHECK;
+        ops[nops++] = OP_ECHO_PROC_CHECK;
         ops[nops++] = OP_CHECK;
     }
     if (check && opts.base_url != NULL)
         ops[nops++] = OP_BASE_CHECK;
     if (get) {
         ops[nops++] = OP_ECHO_GET;
+        ops[nops++] = OP_ECHO_PROC_GET;
         ops[nops++] = OP_GET;
     }
     if (get && opts.base_url != NULL)
@@ -771,6 +824,14 @@ int main(int argc, char **argv)
         met += get ? report_ratio(ci, OP_GET, OP_ECHO_GET) : 0;
     }
     printf("  goals met: %d of %d\n", met, ((int)check + (int)get) * RPC_CLIENT_COUNTS);
+    printf("\nthe same over (echo in a process of its own + pg): like for like, the daemon being"
+           " a process of its own\n");
+    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
+        if (check)
+            (void)report_ratio(ci, OP_CHECK, OP_ECHO_PROC_CHECK);
+        if (get)
+            (void)report_ratio(ci, OP_GET, OP_ECHO_PROC_GET);
+    }
     if (opts.base_url != NULL) {
         printf("\ndaemon CPU per request against the base daemon, medians of %d rounds\n",
                opts.rounds);
