@@ -8,6 +8,13 @@
 
 #include "internal.h"
 
+/* The fence of a statement that extends a live claim (the renewal, the throttle's state write
+ * with its renewal): it matches only while this worker's claim of this generation is still
+ * unexpired and the backfill still runs or validates. $1 id, $2 generation, $3 owner. */
+#define BF__LIVE_CLAIM_FENCE                                                                       \
+    " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"                              \
+    " AND claim_expires_at > clock_timestamp() AND state IN ('running', 'validating')"
+
 struct bf_worker {
     bf_engine *e;
     bf_worker_hooks hooks;

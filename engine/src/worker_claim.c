@@ -220,14 +220,11 @@ bf_err bf_worker_renew(bf_worker *w)
     bf__param_int(lease, sizeof lease, e->lease_ms);
     const char *params[] = {w->id, gen, e->owner, lease};
     PGresult *r = NULL;
-    bf_err err =
-        bf__exec(e, &r, "renew claim",
-                 "UPDATE buzz_backfill.backfill"
-                 " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 ms'"
-                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                 " AND claim_expires_at > clock_timestamp()"
-                 " AND state IN ('running', 'validating') RETURNING 1",
-                 4, params);
+    bf_err err = bf__exec(e, &r, "renew claim",
+                          "UPDATE buzz_backfill.backfill"
+                          " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 "
+                          "ms'" BF__LIVE_CLAIM_FENCE " RETURNING 1",
+                          4, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);

@@ -54,21 +54,19 @@ static bf_err worker_observe(bf_worker *w, const char *signal, const char *value
                             lease,
                             slow[0] ? slow : NULL};
     PGresult *r = NULL;
-    bf_err err =
-        bf__exec(e, &r, "throttle state",
-                 "UPDATE buzz_backfill.backfill SET batch_size_current = $4::integer,"
-                 " throttled_since = CASE WHEN $5::text IS NULL THEN NULL"
-                 "  WHEN throttle_signal IS NOT DISTINCT FROM $5 THEN throttled_since"
-                 "  ELSE clock_timestamp() END,"
-                 " throttle_signal = $5, throttle_value = $6,"
-                 " slow_since = CASE WHEN $8::text IS NULL THEN NULL"
-                 "  WHEN slow_value IS NOT NULL THEN slow_since ELSE clock_timestamp() END,"
-                 " slow_value = $8,"
-                 " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'"
-                 " WHERE id = $1 AND generation = $2::bigint AND claim_owner = $3"
-                 " AND claim_expires_at > clock_timestamp() AND state IN ('running', 'validating')"
-                 " RETURNING 1",
-                 8, params);
+    bf_err err = bf__exec(
+        e, &r, "throttle state",
+        "UPDATE buzz_backfill.backfill SET batch_size_current = $4::integer,"
+        " throttled_since = CASE WHEN $5::text IS NULL THEN NULL"
+        "  WHEN throttle_signal IS NOT DISTINCT FROM $5 THEN throttled_since"
+        "  ELSE clock_timestamp() END,"
+        " throttle_signal = $5, throttle_value = $6,"
+        " slow_since = CASE WHEN $8::text IS NULL THEN NULL"
+        "  WHEN slow_value IS NOT NULL THEN slow_since ELSE clock_timestamp() END,"
+        " slow_value = $8,"
+        " claim_expires_at = clock_timestamp() + $7::integer * interval '1 ms'" BF__LIVE_CLAIM_FENCE
+        " RETURNING 1",
+        8, params);
     if (err != BF_OK)
         return err;
     int n = PQntuples(r);
