@@ -221,10 +221,12 @@ run_ctest()
     local dir out rc
     dir=$(mktemp -d /tmp/buzz-ctest.XXXXXX)
     out="$dir/ctest.out"
+    # --output-log, not a pipe into tee: ctest's output to a pipe is block-buffered, and a
+    # run cut short would lose what it had printed
     set +e
     BUZZ_TEST_TMP="$dir" BUZZ_KEEP_LOGS=1 ctest --test-dir "$1" --output-on-failure -j2 \
-        --timeout 600 "${@:2}" 2>&1 | tee "$out"
-    rc=${PIPESTATUS[0]}
+        --timeout 600 --output-log "$out" "${@:2}"
+    rc=$?
     set -e
     if ((rc != 0)); then
         show_kept_logs "$out"
