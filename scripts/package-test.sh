@@ -64,7 +64,7 @@ for deb in "${debs[@]}"; do
     # make apt show them verbatim) or " ." for an empty line
     [[ "$(head -n 1 <<<"$desc")" != "durable PostgreSQL data backfills for a Nostr relay" ]] ||
         die "${deb##*/}: the project's summary instead of the package's"
-    if tail -n +2 <<<"$desc" | grep -qvE '^ [^ ]|^ \.$'; then
+    if grep -vE '^ [^ ]|^ \.$' < <(tail -n +2 <<<"$desc") >/dev/null; then
         die "${deb##*/}: a description line is not ' text' or ' .': $(tail -n +2 <<<"$desc" | head -n 2)"
     fi
     (($(wc -l <<<"$desc") >= 2)) || die "${deb##*/}: no long description"
@@ -191,8 +191,9 @@ metrics="$(curl -fsS --max-time 10 "$http_url/metrics")" || die "GET $http_url/m
 grep -q '^buzz_backfill_build_info{version="' <<<"$metrics" || die "/metrics lacks build_info"
 grep -qx 'buzz_backfill_database_up 1' <<<"$metrics" || die "/metrics: database_up is not 1"
 [[ "$(curl -fsS --max-time 10 "$http_url/livez")" == ok ]] || die "GET $http_url/livez failed"
-curl -fsS --max-time 10 "$http_url/readyz" | grep -q '"status":"ready"' ||
-    die "GET $http_url/readyz is not ready"
+# no "curl | grep -q" under pipefail: grep leaving at its match can kill curl with SIGPIPE
+readyz="$(curl -fsS --max-time 10 "$http_url/readyz")" || die "GET $http_url/readyz failed"
+grep -q '"status":"ready"' <<<"$readyz" || die "GET $http_url/readyz is not ready"
 echo "$(grep -c '^buzz_backfill_' <<<"$metrics") samples"
 echo "--- Readiness.Check from a program built against the installed client library"
 "$work/relay_readiness" "ipc://$SOCK"
