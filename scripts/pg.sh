@@ -912,6 +912,18 @@ pgbouncer_pid()
     printf '%s\n' "$pid"
 }
 
+# Whether the pooler of DIR is what listens on PORT: pg_isready is answered by any server on
+# the port, and with two test runs side by side another run's cluster took a port our pooler
+# then failed to bind (the suite connected to the other run's server). Without ss: assumed.
+pgbouncer_listens()
+{
+    local pid listeners
+    pid="$(pgbouncer_pid "$1")" || return 1
+    command -v ss >/dev/null 2>&1 || return 0
+    listeners="$(ss -Hltnp "sport = :$2" 2>/dev/null)" || return 1
+    [[ "$listeners" == *"pid=$pid,"* ]]
+}
+
 # Stop the pooler of DIR (SIGTERM: immediate shutdown, every client dropped) and delete DIR.
 pgbouncer_stop()
 {
@@ -976,10 +988,15 @@ pidfile = $BDIR/pgbouncer.pid
 INI
         if as_owner "$PGBOUNCER" -d "$BDIR/pgbouncer.ini" >"$STATE/pgbouncer-start.log" 2>&1 &&
             wait_ready "$port"; then
-            printf '%s\n' "$mode" >"$BDIR/mode"
-            printf '%s\n' "$port" >"$BDIR/port"
-            url_for_port "$port"
-            return 0
+            if pgbouncer_listens "$BDIR" "$port"; then
+                printf '%s\n' "$mode" >"$BDIR/mode"
+                printf '%s\n' "$port" >"$BDIR/port"
+                url_for_port "$port"
+                return 0
+            fi
+            note "port $port answers, but not our PgBouncer (another server took it): retrying"
+            pgbouncer_stop "$BDIR"
+            continue
         fi
         # lost a race for the port? then another one
         if grep -qE 'Address already in use' "$BDIR/pgbouncer.log" "$STATE/pgbouncer-start.log" \
