@@ -10,7 +10,7 @@
  * drift in the machine's load and the order touch both alike. Two
  * shapes: single-row INSERTs each in its own transaction (a relay storing events one by one),
  * and 500-row INSERTs (a bulk import), as microseconds per row. The ratio reported is the
- * median over rounds of on / off. A third shape pairs the single-row inserts with a twin
+ * median over rounds of on / off. Another shape pairs the single-row inserts with a twin
  * table that is never watched, one insert into each in turn inside the "on" window: no drift,
  * no DDL and no phase order between the two sides. Usage: writepath [ROUNDS] [ROWS]
  * (BUZZ_TEST_PG_URL or BUZZ_BENCH_PG_URL names the server; a private database is created and
@@ -49,12 +49,13 @@ static const char schema_sql[] =
     "INSERT INTO demo.events_twin SELECT * FROM demo.events;"
     "ANALYZE demo.events; ANALYZE demo.events_twin";
 
-/* one event: distinct ids from a sequence of the run, a pubkey of 97 authors */
-static const char insert_one[] =
-    "INSERT INTO demo.events (event_id, pubkey, created_at, kind, content, tags)"
-    " VALUES (sha256($1::text::bytea), sha256(($1::text::bigint % 97)::text::bytea),"
-    " clock_timestamp(), 1,"
-    " 'hello from the relay', '[[\"p\", \"x\"]]')";
+/* one event into table: distinct ids from a sequence of the run, a pubkey of 97 authors */
+#define INSERT_EVENT(table)                                                                        \
+    "INSERT INTO " table " (event_id, pubkey, created_at, kind, content, tags)"                    \
+    " VALUES (sha256($1::text::bytea), sha256(($1::text::bigint % 97)::text::bytea),"              \
+    " clock_timestamp(), 1, 'hello from the relay', '[[\"p\", \"x\"]]')"
+static const char insert_one[] = INSERT_EVENT("demo.events");
+static const char insert_twin[] = INSERT_EVENT("demo.events_twin");
 static const char insert_many[] =
     "INSERT INTO demo.events (event_id, pubkey, created_at, kind, content, tags)"
     " SELECT sha256(g::text::bytea), sha256((g % 97)::text::bytea), clock_timestamp(), 1,"
@@ -62,28 +63,6 @@ static const char insert_many[] =
     " $1::bigint + 499) g";
 
 static long long next_id = 10000000;
-
-/* microseconds per row of rows single-row INSERTs (autocommit) */
-static double time_single(PGconn *c, int rows)
-{
-    double t0 = bench_now();
-    for (int i = 0; i < rows; i++) {
-        char id[24];
-        snprintf(id, sizeof id, "%lld", next_id++);
-        const char *p[] = {id};
-        PGresult *r = PQexecParams(c, insert_one, 1, NULL, p, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            bench_die("insert: %s", PQerrorMessage(c));
-        PQclear(r);
-    }
-    return (bench_now() - t0) * 1e6 / rows;
-}
-
-static const char insert_twin[] =
-    "INSERT INTO demo.events_twin (event_id, pubkey, created_at, kind, content, tags)"
-    " VALUES (sha256($1::text::bytea), sha256(($1::text::bigint % 97)::text::bytea),"
-    " clock_timestamp(), 1,"
-    " 'hello from the relay', '[[\"p\", \"x\"]]')";
 
 /* One single-row INSERT (autocommit) of sql; its microseconds. */
 static double insert_timed(PGconn *c, const char *sql)
@@ -98,6 +77,21 @@ static double insert_timed(PGconn *c, const char *sql)
         bench_die("insert: %s", PQerrorMessage(c));
     PQclear(r);
     return us;
+}
+
+/* microseconds per row of rows single-row INSERTs (autocommit) */
+static double time_single(PGconn *c, int rows)
+{
+    double us = 0;
+    for (int i = 0; i < rows; i++)
+        us += insert_timed(c, insert_one);
+    return us / rows;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The relay's single-row inserts, paired: rows inserts into the watched table and rows into its
@@ -125,10 +119,8 @@ static void time_paired(PGconn *c, int rows, double *on_us, double *off_us, doub
         *on_mean += on[i] / rows;
         *off_mean += off[i] / rows;
     }
-    qsort(on, (size_t)rows, sizeof *on, bench_cmp_double);
-    qsort(off, (size_t)rows, sizeof *off, bench_cmp_double);
-    *on_us = on[rows / 2];
-    *off_us = off[rows / 2];
+    *on_us = median(on, rows);
+    *off_us = median(off, rows);
     free(on);
     free(off);
 }
@@ -148,12 +140,6 @@ static double time_bulk(PGconn *c, int rows)
         PQclear(r);
     }
     return (bench_now() - t0) * 1e6 / ((rows + 499) / 500 * 500);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* the lower quartile: on a shared machine the quiet rounds tell the cost, the loaded ones the
