@@ -221,9 +221,9 @@ bf_err bf_worker_renew(bf_worker *w)
     const char *params[] = {w->id, gen, e->owner, lease};
     PGresult *r = NULL;
     bf_err err = bf__exec(e, &r, "renew claim",
-                          "UPDATE buzz_backfill.backfill"
-                          " SET claim_expires_at = clock_timestamp() + $4::integer * interval '1 "
-                          "ms'" BF__LIVE_CLAIM_FENCE " RETURNING 1",
+                          "UPDATE buzz_backfill.backfill SET claim_expires_at ="
+                          " clock_timestamp() + $4::integer * interval '1 ms'" BF__LIVE_CLAIM_FENCE
+                          " RETURNING 1",
                           4, params);
     if (err != BF_OK)
         return err;
