@@ -213,9 +213,9 @@ stage_postgres()
     "$PG" url >/dev/null
 }
 
-# ctest with the daemon logs of the suites kept in a directory of this run: a failure
-# message says "see <log>", and on a CI machine that log is gone with the machine, so the
-# tail of each log of a failed suite is printed after ctest's own output.
+# run_ctest DIR CTEST_ARGS...: ctest with the daemon logs of the suites kept in a directory
+# of this run: a failure message says "see <log>", and on a CI machine that log is gone with
+# the machine, so the tail of each log of a failed suite is printed after ctest's own output.
 run_ctest()
 {
     local dir out rc
@@ -225,7 +225,7 @@ run_ctest()
     # run cut short would lose what it had printed
     set +e
     BUZZ_TEST_TMP="$dir" BUZZ_KEEP_LOGS=1 ctest --test-dir "$1" --output-on-failure -j2 \
-        --timeout 600 --output-log "$out" "${@:2}"
+        --output-log "$out" "${@:2}"
     rc=$?
     set -e
     if ((rc != 0)); then
@@ -252,7 +252,7 @@ show_kept_logs()
 
 stage_test()
 {
-    run_ctest build
+    run_ctest build --timeout 600
 }
 
 stage_valgrind()
@@ -261,8 +261,7 @@ stage_valgrind()
         skip_because "valgrind not installed"
         return 77
     fi
-    BUZZ_TEST_VALGRIND=1 ctest --test-dir build --output-on-failure -j2 --timeout 300 \
-        -R "^(${VALGRIND_SUITES})\$"
+    BUZZ_TEST_VALGRIND=1 run_ctest build --timeout 300 -R "^(${VALGRIND_SUITES})\$"
 }
 
 stage_package()
@@ -287,7 +286,7 @@ stage_asan_build()
 
 stage_asan_test()
 {
-    run_ctest build-asan -E "$ASAN_SKIP"
+    run_ctest build-asan --timeout 600 -E "$ASAN_SKIP"
 }
 
 stage_fuzz_build()

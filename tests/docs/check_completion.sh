@@ -22,15 +22,12 @@ expect()
     COMP_POINT=${#line}
     COMPREPLY=()
     _buzzctl buzzctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]:-}" || true
-    # membership in bash: "printf | grep -q" under pipefail fails when grep has matched and
-    # left while printf still writes (SIGPIPE), as it did once in CI with 'audit' in the list
-    local w c found
+    # membership in bash (completions are single words): "printf | grep -q" under pipefail
+    # fails when grep has matched and left while printf still writes (SIGPIPE), as it did once
+    # in CI with 'audit' in the list
+    local w
     for w in "$@"; do
-        found=0
-        for c in "${COMPREPLY[@]}"; do
-            [[ "$c" == "$w" ]] && found=1
-        done
-        if ((found == 0)); then
+        if [[ " ${COMPREPLY[*]} " != *" $w "* ]]; then
             echo "completing '$line': no '$w' in: ${COMPREPLY[*]}"
             fail=1
         fi
