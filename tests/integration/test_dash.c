@@ -88,9 +88,12 @@ static void term_start_sized(term *t, const char *url, int rows, int cols, const
     vterm_screen_reset(t->screen, 1);
 }
 
-/* The pty and the emulator become rows x cols; buzzctl gets SIGWINCH. */
+/* The pty and the emulator become rows x cols; buzzctl gets SIGWINCH. Never fewer rows:
+ * libvterm 0.1.4 keeps a scroll region past the new last row, and curses output still in
+ * flight that scrolls it writes out of the emulator's buffer (test_dash_many). */
 static void term_resize(term *t, int rows, int cols)
 {
+    assert_true(rows >= t->rows);
     struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
     assert_int_equal(ioctl(t->master, TIOCSWINSZ, &ws), 0);
     vterm_set_size(t->vt, rows, cols);
@@ -172,6 +175,23 @@ static void term_wait_row(term *t, const char *state)
 static void term_key(term *t, const char *keys)
 {
     assert_int_equal(write(t->master, keys, strlen(keys)), (ssize_t)strlen(keys));
+}
+
+/* 'q': buzzctl dash exits 0 (within DEADLINE); the emulator and the pty are released. */
+static void term_quit(term *t)
+{
+    term_key(t, "q");
+    int status = 0;
+    int64_t until = now_ms() + DEADLINE * 1000;
+    while (waitpid(t->pid, &status, WNOHANG) == 0) {
+        term_pump(t, 100);
+        if (now_ms() > until)
+            fail_msg("buzzctl dash did not quit on q:\n%s", t->text);
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    vterm_free(t->vt);
+    close(t->master);
 }
 
 static char *db_state(PGconn *pg)
@@ -272,18 +292,7 @@ static void test_dash_end_to_end(void **state)
     term_wait(&t, unknown);
     assert_null(strstr(t.text, "\nREADY"));
 
-    term_key(&t, "q");
-    int status = 0;
-    int64_t until = now_ms() + DEADLINE * 1000;
-    while (waitpid(t.pid, &status, WNOHANG) == 0) {
-        term_pump(&t, 100);
-        if (now_ms() > until)
-            fail_msg("buzzctl dash did not quit on q:\n%s", t.text);
-    }
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    vterm_free(t.vt);
-    close(t.master);
+    term_quit(&t);
     PQfinish(holder);
     bd_suite_close(NULL, pg, false);
 }
@@ -357,11 +366,18 @@ static void test_dash_many(void **state)
     assert_non_null(row);
     assert_null(strstr(row, "0/s")); /* no rate for what nobody works on */
 
-    /* ten neighbours at 60x15: four rows fit, each whole and told apart */
-    term_key(&t, "/\x7f\x7f\x7f\x7f\x7fmany.0734\r");
+    term_quit(&t);
+
+    /* ten neighbours at 60x15: four rows fit, each whole and told apart. A dash of its own
+     * rather than a resize of this one: a shrink in rows leaves the scroll region that curses
+     * set for 45 rows in libvterm 0.1.4 (it does not clamp it on resize, as a real terminal
+     * does), and curses output written before the SIGWINCH that scrolls it then writes past
+     * the emulator's buffer (a segfault of this test, seen in CI); test_dash_end_to_end's
+     * resize keeps the rows. */
+    term_start_sized(&t, d.ipc_url, 15, 60, NULL);
+    term_key(&t, "/many.0734\r");
     static const char *const ten[] = {"10 of 10,001 backfills match filter: many.0734", NULL};
     term_wait(&t, ten);
-    term_resize(&t, 15, 60);
     int64_t until = now_ms() + DEADLINE * 1000;
     const char *ids[] = {"dash.many.07340_v1", "dash.many.07341_v1", "dash.many.07342_v1",
                          "dash.many.07343_v1"};
@@ -375,17 +391,7 @@ static void test_dash_many(void **state)
         if (now_ms() > until)
             fail_msg("at 60x15 the rows are not told apart; the screen:\n%s", t.text);
     }
-    term_key(&t, "q");
-    int status = 0;
-    until = now_ms() + DEADLINE * 1000;
-    while (waitpid(t.pid, &status, WNOHANG) == 0) {
-        term_pump(&t, 100);
-        if (now_ms() > until)
-            fail_msg("buzzctl dash did not quit on q:\n%s", t.text);
-    }
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    vterm_free(t.vt);
-    close(t.master);
+    term_quit(&t);
 
     /* the same in get, list and --json */
     static char out[1 << 20];
