@@ -102,7 +102,7 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "server: $(psql -X -A -t "$SERVER_URL" -c 'SHOW server_version')"
 RPC=("$BUILD/bench/rpc" --url "tcp://127.0.0.1:$PORT" --token-file "$TMP/token" --pg "$DB_URL"
-    --id "$ID" --pid "$DPID")
+    --id "$ID" --pid "$DPID" --module "$BUILD/examples/buzz-demo-definitions.so")
 if [[ -z "${BUZZ_BENCH_PERF:-}" ]]; then
     "${RPC[@]}" "${BASE_ARGS[@]}" "$@"
     exit 0
