@@ -808,6 +808,19 @@ static bool report_ratio(size_t ci, rpc_op op, rpc_op echo, rpc_op read)
     return met;
 }
 
+/* report_ratio() of Check (when check) and Get (when get) at every client count, over the
+ * given echoes and reads; returns how many met the goals. */
+static int report_ratios(bool check, bool get, rpc_op echo_check, rpc_op echo_get,
+                         rpc_op read_check, rpc_op read_get)
+{
+    int met = 0;
+    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
+        met += check ? report_ratio(ci, OP_CHECK, echo_check, read_check) : 0;
+        met += get ? report_ratio(ci, OP_GET, echo_get, read_get) : 0;
+    }
+    return met;
+}
+
 int main(int argc, char **argv)
 {
     parse(argc, argv);
@@ -884,29 +897,15 @@ int main(int argc, char **argv)
 
     printf("\nratios over (echo + pg), medians of %d rounds (load %s)\n", opts.rounds,
            load_average());
-    int met = 0;
-    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
-        met += check ? report_ratio(ci, OP_CHECK, OP_ECHO_CHECK, OP_PG) : 0;
-        met += get ? report_ratio(ci, OP_GET, OP_ECHO_GET, OP_PG) : 0;
-    }
+    int met = report_ratios(check, get, OP_ECHO_CHECK, OP_ECHO_GET, OP_PG, OP_PG);
     printf("  goals met: %d of %d\n", met, ((int)check + (int)get) * RPC_CLIENT_COUNTS);
     printf("\nthe same over (echo in a process of its own + pg): like for like, the daemon being"
            " a process of its own\n");
-    for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
-        if (check)
-            (void)report_ratio(ci, OP_CHECK, OP_ECHO_PROC_CHECK, OP_PG);
-        if (get)
-            (void)report_ratio(ci, OP_GET, OP_ECHO_PROC_GET, OP_PG);
-    }
+    (void)report_ratios(check, get, OP_ECHO_PROC_CHECK, OP_ECHO_PROC_GET, OP_PG, OP_PG);
     if (engine_registry != NULL) {
         printf("\nover (echo + the daemon's own PostgreSQL work through the engine): what the"
                " daemon's transport and request handling add\n");
-        for (size_t ci = 0; ci < RPC_CLIENT_COUNTS; ci++) {
-            if (check)
-                (void)report_ratio(ci, OP_CHECK, OP_ECHO_CHECK, OP_ENGINE_CHECK);
-            if (get)
-                (void)report_ratio(ci, OP_GET, OP_ECHO_GET, OP_ENGINE_GET);
-        }
+        (void)report_ratios(check, get, OP_ECHO_CHECK, OP_ECHO_GET, OP_ENGINE_CHECK, OP_ENGINE_GET);
     }
     if (opts.base_url != NULL) {
         printf("\ndaemon CPU per request against the base daemon, medians of %d rounds\n",
