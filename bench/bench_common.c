@@ -54,6 +54,12 @@ int bench_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+double bench_median_doubles(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
 void bench_exec(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);

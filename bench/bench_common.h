@@ -1,8 +1,10 @@
 /*
- * bench_common.h - what the benchmarks that drive PostgreSQL directly share (throughput.c,
- * scale.c): dying with a message, a monotonic clock, statements that must succeed, and a
- * private database created for the run and dropped after it. A benchmark is a program run by
- * hand or by its script, never a test: a failed statement ends it with the statement's start.
+ * bench_common.h - what the benchmarks share: for those that drive PostgreSQL directly
+ * (throughput.c, scale.c, writepath.c) dying with a message, a monotonic clock, statements
+ * that must succeed, and a private database created for the run and dropped after it; for all
+ * of them (rpc.c, scrape.c, startup.c, canary.c too) the median and the comparator of doubles.
+ * A benchmark is a program run by hand or by its script, never a test: a failed statement ends
+ * it with the statement's start.
  */
 #ifndef BUZZ_BENCH_COMMON_H
 #define BUZZ_BENCH_COMMON_H
@@ -24,6 +26,9 @@ void bench_loadavg(char *out, size_t cap);
 
 /* qsort comparator of doubles, ascending. */
 int bench_cmp_double(const void *a, const void *b);
+
+/* The median of v[0..n) (n > 0); sorts v. */
+double bench_median_doubles(double *v, int n);
 
 /* Run a statement, or a printf-formatted one; any failure ends the benchmark. */
 void bench_exec(PGconn *c, const char *sql);

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
+
 #define CANARY_MAX_PROBES  1000000
 #define CANARY_MAX_WINDOWS 100000
 
@@ -36,19 +38,13 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The pct-th percentile of v[0..n) (sorts a copy into tmp). */
 static double quantile(const double *v, size_t n, double *tmp, int pct)
 {
     if (n == 0)
         return 0;
     memcpy(tmp, v, n * sizeof *v);
-    qsort(tmp, n, sizeof *tmp, cmp_double);
+    qsort(tmp, n, sizeof *tmp, bench_cmp_double);
     return tmp[(n * (size_t)pct + 99) / 100 - 1];
 }
 

@@ -61,6 +61,8 @@
 #include "buzz/client.h"
 #include "buzz/engine.h"
 
+#include "bench_common.h"
+
 #define RPC_MAX_CLIENTS 8
 #define RPC_WARMUP      500 /* requests per client before each measured series */
 
@@ -285,7 +287,7 @@ static bool call_engine_check(bf_engine *e)
 {
     bf_gate_entry gate[32];
     int gating = 0;
-    return bf_readiness_read(e, gate, 32, &gating) == BF_OK;
+    return bf_readiness_read(e, gate, (int)(sizeof gate / sizeof gate[0]), &gating) == BF_OK;
 }
 
 static bool call_engine_get(bf_engine *e)
@@ -719,19 +721,6 @@ static void parse(int argc, char **argv)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of n values (n <= RPC_MAX_ROUNDS); values is reordered. */
-static double median(double *values, int n)
-{
-    qsort(values, (size_t)n, sizeof *values, cmp_double);
-    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
-}
-
 #define RPC_CLIENT_COUNTS 2
 static const int rpc_clients[RPC_CLIENT_COUNTS] = {1, 8};
 
@@ -750,7 +739,7 @@ static double series_median(size_t ci, rpc_op op, size_t field)
                : field == 3 ? r->cpu_us
                             : r->cs;
     }
-    return median(v, opts.rounds);
+    return bench_median_doubles(v, opts.rounds);
 }
 
 /* One round: every series once, printed as it ends. */

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "http_get.h"
 
 #define SCRAPE_ID "demo.events.content_len_v1"
@@ -232,18 +233,6 @@ static double scrape_run(const scrape_opts *o, PGconn *admin, int run, bool scra
     return secs > 0 ? rows / secs : 0;
 }
 
-static int scrape_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double scrape_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, scrape_cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void scrape_overhead(const scrape_opts *o, PGconn *admin)
 {
     double plain[64], scraped[64], ratio[64];
@@ -263,10 +252,10 @@ static void scrape_overhead(const scrape_opts *o, PGconn *admin)
         printf("%-4d %12.0f %12.0f %8.3f %8d\n", i + 1, plain[i], scraped[i], ratio[i], k);
         fflush(stdout);
     }
-    double mp = scrape_median(plain, n), ms = scrape_median(scraped, n);
+    double mp = bench_median_doubles(plain, n), ms = bench_median_doubles(scraped, n);
     printf("median %11.0f %12.0f %8.3f\n", mp, ms, mp > 0 ? ms / mp : 0);
     printf("ratio scraped/plain (median of per-run ratios): %.3f (target >= 0.98)\n",
-           scrape_median(ratio, n));
+           bench_median_doubles(ratio, n));
 }
 
 /* ---- latency ------------------------------------------------------------------------------- */
@@ -286,7 +275,7 @@ static void scrape_series(const char *name, int port, const char *path, int requ
             db_sum += strtod(p + 40, NULL);
         th_response_fini(&r);
     }
-    qsort(ms, (size_t)requests, sizeof *ms, scrape_cmp);
+    qsort(ms, (size_t)requests, sizeof *ms, bench_cmp_double);
     printf("%-10s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms", name, ms[requests / 2],
            ms[(requests * 99) / 100], ms[requests - 1]);
     if (db_s != NULL) {

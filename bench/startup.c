@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
+
 #define STARTUP_MAX_ROUNDS 9
 #define STARTUP_SIZES      3
 #define STARTUP_TIMEOUT_S  600 /* the previous code at 10,000 definitions is slow */
@@ -223,18 +225,12 @@ static double run_claim(PGconn *c, const char *bin)
     return took;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* The median of v[0..n), v left in its order (the rounds are printed as they ran). */
 static double median(const double *v, int n)
 {
     double s[STARTUP_MAX_ROUNDS];
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+    return bench_median_doubles(s, n);
 }
 
 static void usage(void)

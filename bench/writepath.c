@@ -88,12 +88,6 @@ static double time_single(PGconn *c, int rows)
     return us / rows;
 }
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The relay's single-row inserts, paired: rows inserts into the watched table and rows into its
  * never-watched twin, alternating one by one (and which goes first), each in its own
  * transaction, so that both see the same moment of the machine, the same WAL position and no
@@ -119,8 +113,8 @@ static void time_paired(PGconn *c, int rows, double *on_us, double *off_us, doub
         *on_mean += on[i] / rows;
         *off_mean += off[i] / rows;
     }
-    *on_us = median(on, rows);
-    *off_us = median(off, rows);
+    *on_us = bench_median_doubles(on, rows);
+    *off_us = bench_median_doubles(off, rows);
     free(on);
     free(off);
 }
@@ -143,7 +137,7 @@ static double time_bulk(PGconn *c, int rows)
 }
 
 /* the lower quartile: on a shared machine the quiet rounds tell the cost, the loaded ones the
- * neighbours (call after median(), which sorts) */
+ * neighbours (call after bench_median_doubles(), which sorts) */
 static double quartile(const double *sorted, int n)
 {
     return sorted[n / 4];
@@ -272,9 +266,11 @@ int main(int argc, char **argv)
                   {"single-row inserts paired with the twin table (median insert)", paired_on,
                    paired_off, paired_ratio}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        double mr = median(shapes[k].ratio, rounds);
-        double mon = median(shapes[k].on, rounds), qon = quartile(shapes[k].on, rounds);
-        double moff = median(shapes[k].off, rounds), qoff = quartile(shapes[k].off, rounds);
+        double mr = bench_median_doubles(shapes[k].ratio, rounds);
+        double mon = bench_median_doubles(shapes[k].on, rounds),
+               qon = quartile(shapes[k].on, rounds);
+        double moff = bench_median_doubles(shapes[k].off, rounds),
+               qoff = quartile(shapes[k].off, rounds);
         printf("writepath: %s: median %.2f us/row on, %.2f off, median ratio x%.3f;"
                " lower quartile %.2f on, %.2f off, x%.3f\n",
                shapes[k].name, mon, moff, mr, qon, qoff, qon / qoff);
