@@ -72,7 +72,7 @@ start_daemon()
         STARTED_PORT=$((20000 + RANDOM % 30000))
         "$bin" --database-url "$DB_URL" \
             --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
-            --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads 8 --workers 0 \
+            --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads "${BUZZ_BENCH_THREADS:-8}" --workers 0 \
             --auto-backfill on --log-level warn run 2>"$log" &
         STARTED_PID=$!
         sleep 0.5

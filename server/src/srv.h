@@ -34,8 +34,9 @@
  *   main.c       composes the above
  *
  * Threading: srv_context is built before serving starts and is read-only afterwards (except
- * where a field says otherwise). Each transport thread owns one srv_session (one engine
- * connection) and handles one request at a time; a srv_call lives for one request.
+ * where a field says otherwise). A transport thread handles one request at a time with a
+ * srv_session (one engine connection) lent to it for that request; a srv_call lives for one
+ * request.
  */
 #ifndef BUZZ_SRV_H
 #define BUZZ_SRV_H
@@ -141,13 +142,13 @@ typedef struct srv_context {
     struct srv_metrics *metrics;  /* metrics.h; NULL: none are recorded */
 } srv_context;
 
-/* Per transport thread. */
+/* One engine connection, used by one request at a time (the transport lends them). */
 typedef struct srv_session {
     srv_context *ctx;
     bf_engine *engine; /* opened lazily; NULL while the database is unreachable */
 } srv_session;
 
-/* The engine session of this thread, (re)opened on demand. BF_ERR_UNAVAILABLE when the
+/* The engine session, (re)opened on demand. BF_ERR_UNAVAILABLE when the
  * database cannot be reached. */
 bf_err srv_session_engine(srv_session *s, bf_engine **out);
 

@@ -73,7 +73,13 @@ static struct {
     int n_ids;
     int64_t remaining_us;
     bool held, release;
-    char *big; /* STUB_BIG's reason, STUB_BIG_LEN bytes */
+    char *big;        /* STUB_BIG's reason, STUB_BIG_LEN bytes */
+    int barrier_want; /* STUB_BARRIER: calls inside at once before any returns */
+    /* the distinct engine sessions and threads the calls were served with */
+    const srv_session *sessions[N_CLIENTS + 1];
+    int n_sessions;
+    pthread_t threads[N_CLIENTS + 1];
+    int n_threads;
 } stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static void stub_reset(stub_mode mode)
@@ -86,7 +92,24 @@ static void stub_reset(stub_mode mode)
     stub.n_ids = 0;
     stub.remaining_us = 0;
     stub.held = stub.release = false;
+    stub.barrier_want = 2;
+    stub.n_sessions = stub.n_threads = 0;
     pthread_mutex_unlock(&stub.mtx);
+}
+
+/* Note the session and the thread of a call (stub.mtx held). */
+static void stub_note_server(const srv_call *call)
+{
+    bool seen = false;
+    for (int i = 0; i < stub.n_sessions; i++)
+        seen = seen || stub.sessions[i] == call->session;
+    if (!seen && stub.n_sessions <= N_CLIENTS)
+        stub.sessions[stub.n_sessions++] = call->session;
+    seen = false;
+    for (int i = 0; i < stub.n_threads; i++)
+        seen = seen || pthread_equal(stub.threads[i], pthread_self());
+    if (!seen && stub.n_threads <= N_CLIENTS)
+        stub.threads[stub.n_threads++] = pthread_self();
 }
 
 static int stub_calls(void)
@@ -146,6 +169,7 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
     stub.remaining_us = srv_call_remaining_us(call);
     if (stub.n_ids < 8)
         snprintf(stub.ids[stub.n_ids++], BF_REQUEST_ID_MAX, "%s", call->request_id);
+    stub_note_server(call);
     struct timespec until = stub_deadline();
     switch (stub.mode) {
     case STUB_BARRIER:
@@ -153,7 +177,7 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
         if (stub.inside > stub.max_inside)
             stub.max_inside = stub.inside;
         pthread_cond_broadcast(&stub.cond);
-        while (stub.max_inside < 2 && !stub.timed_out)
+        while (stub.max_inside < stub.barrier_want && !stub.timed_out)
             if (!stub_wait(&until))
                 stub.timed_out = true;
         stub.inside--;
@@ -824,6 +848,57 @@ static void test_concurrent_clients(void **state)
     assert_true(max_inside >= 2);
 }
 
+/* A burst of N_CLIENTS concurrent calls is served by N_CLIENTS threads at once, although
+ * only a few of them wait in recv between requests (transport_worker_main): the guard is the
+ * wake of a parked thread by a receiver that leaves none receiving; without it the calls inside
+ * at once never pass TRANSPORT_RECEIVERS (2) and the barrier times out. */
+static void test_a_burst_wakes_every_thread(void **state)
+{
+    (void)state;
+    stub_reset(STUB_BARRIER);
+    pthread_mutex_lock(&stub.mtx);
+    stub.barrier_want = N_CLIENTS;
+    pthread_mutex_unlock(&stub.mtx);
+    pthread_t threads[N_CLIENTS];
+    client_job jobs[N_CLIENTS];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < N_CLIENTS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, client_thread, &jobs[i]), 0);
+    for (int i = 0; i < N_CLIENTS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < N_CLIENTS; i++)
+        assert_int_equal(jobs[i].transport, BF_OK);
+    pthread_mutex_lock(&stub.mtx);
+    int max_inside = stub.max_inside, n_threads = stub.n_threads;
+    bool timed_out = stub.timed_out;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_false(timed_out);
+    assert_int_equal(max_inside, N_CLIENTS);
+    assert_int_equal(n_threads, N_CLIENTS);
+}
+
+/* One caller's calls, one after another, are served with one engine session (so one
+ * PostgreSQL backend, warm) by at most TRANSPORT_RECEIVERS (2) threads, though the socket has
+ * N_CLIENTS of each. Guards: the sessions are a stack lent per request (with a session per
+ * thread, the calls meet a session per thread that served them), and at most two threads wait
+ * in recv (rep0 gives a request to the context that waited longest: with every thread waiting,
+ * sequential calls go to each thread in turn). */
+static void test_sequential_calls_meet_one_session(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    bfc_client *c = client_open(ipc_url, NULL, 4000, 0);
+    for (int i = 0; i < 5 * N_CLIENTS; i++)
+        assert_true(stub_round_trip(c).got);
+    bfc_close(c);
+    pthread_mutex_lock(&stub.mtx);
+    int calls = stub.calls, n_sessions = stub.n_sessions, n_threads = stub.n_threads;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_int_equal(calls, 5 * N_CLIENTS);
+    assert_int_equal(n_sessions, 1);
+    assert_true(n_threads >= 1 && n_threads <= 2);
+}
+
 /* ---- request IDs --------------------------------------------------------------------------- */
 
 /* The first delivery is answered only after the client has retried: both deliveries carry the
@@ -1174,6 +1249,8 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_status_and_body),
         cmocka_unit_test(test_concurrent_clients),
+        cmocka_unit_test(test_a_burst_wakes_every_thread),
+        cmocka_unit_test(test_sequential_calls_meet_one_session),
         cmocka_unit_test(test_request_id_retry),
         cmocka_unit_test(test_stop_finishes_in_flight),
         cmocka_unit_test(test_unread_replies_do_not_hold_threads),

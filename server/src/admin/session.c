@@ -1,8 +1,8 @@
 /*
- * session.c - the engine session of one transport thread: opened lazily from the context's
- * engine template on first use, reopened on the next use after it was closed (set to NULL by
- * its owner after an error). The engine reconnects a lost connection by itself, so a session
- * that is open stays open.
+ * session.c - an engine session, lent by the transport to one request at a time: opened
+ * lazily from the context's engine template on first use, reopened on the next use after it
+ * was closed (set to NULL by its user after an error). The engine reconnects a lost
+ * connection by itself, so a session that is open stays open.
  */
 #include "srv.h"
 

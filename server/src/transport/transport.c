@@ -10,15 +10,31 @@
  * Design notes
  *
  * Concurrency: each socket has `threads` threads and a pool of contexts (slots). A thread takes
- * a free slot, receives a request on it, dispatches it and hands the reply to nng on the same
- * slot without waiting: the send completes in transport_sent() on nng's thread, which frees the
- * slot. So up to `threads` requests per socket are served at once, and a reply that waits for
- * its peer holds a slot, never a thread. A REP socket hands each request to one waiting context
- * and routes each reply back to the pipe (connection) it came from. The completion of every
- * reply takes the mutex but wakes a thread only when one waits for it (a worker without a free
- * slot, stop waiting for the replies in flight); the sweeper pauses on a condition variable of
- * its own, which only stop signals. Waking the sweeper on every completion cost a context
- * switch per request (issue 26).
+ * a free slot, receives a request on it, dispatches it with an engine session lent for the
+ * request and hands the reply to nng on the same slot without waiting for the peer. A REP
+ * socket hands each request to one waiting context and routes each reply back to the pipe
+ * (connection) it came from. So up to `threads` requests per socket are served at once, and a
+ * reply that waits for its peer holds a slot, never a request thread.
+ *
+ * What a request costs beyond its handling was measured (issue 26, docs/benchmarks.md) and
+ * shaped these choices:
+ * - rep0 hands a reply to its pipe, and ends the send, inside nng_ctx_send when the pipe is not
+ *   still writing an earlier reply: the usual case, and then the thread frees the slot itself.
+ *   The send aio has no callback, so no nng thread is woken to end it (a callback cost a
+ *   thread switch per request, about 20 us on this VM). When the pipe is busy (its peer has
+ *   not read an earlier reply yet) the send ends later, within the send timeout; the slot is
+ *   then queued to the replier thread, which frees it when its send ends.
+ * - rep0 gives each request to the context that has waited longest, so with every thread
+ *   waiting in recv a quiet caller's requests went to each thread in turn; and with an engine
+ *   session per thread, to each PostgreSQL backend in turn, all of them cold: Get took 431 us
+ *   at one client against 269 us with a single thread. Now at most TRANSPORT_RECEIVERS threads
+ *   of a socket wait in recv (the others park; one that takes a request and leaves none
+ *   receiving wakes a parked one), and the sessions are a stack: a request borrows the one
+ *   returned last.
+ * - The end of a reply takes the mutex but wakes a thread only when one waits for it (a
+ *   worker without a free slot, stop waiting for the replies in flight); the sweeper pauses on
+ *   a condition variable of its own, which only stop signals (waking it on every reply cost a
+ *   context switch per request).
  *
  * Peer facts: the listener a request arrived on is found from its pipe (nng_pipe_listener), so
  * boundary authority is granted only to requests that really came through the ipc:// listener;
@@ -57,10 +73,10 @@
  *   send completes on nng's thread after the peer may already have read the reply, so a
  *   client that waits for each reply can find a few of its earlier ones still counted (seen
  *   under load: a one-at-a-time client dropped at a single count of 2).
- * - Replies are sent asynchronously (above), so a peer that does not read holds slots, not
- *   threads. The pool has a slot per thread plus SRV_TRANSPORT_REPLYING per connection the
- *   caps admit (at most TRANSPORT_SLOTS_MAX), so slow readers cannot empty it before their
- *   sends time out.
+ * - Replies are sent without waiting for their peers (above), so a peer that does not read
+ *   holds slots, not threads. The pool has a slot per thread plus SRV_TRANSPORT_REPLYING per
+ *   connection the caps admit (at most TRANSPORT_SLOTS_MAX), so slow readers cannot empty it
+ *   before their sends time out.
  * - Sends are bounded (send_timeout_ms): a reply still waiting for its pipe then is dropped and
  *   the connection marked unread; every further request from it is dropped unanswered without
  *   being served. The connection is not closed while it keeps sending: closing a pipe that is
@@ -300,6 +316,9 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&t->cond, &attr);
     pthread_cond_init(&t->sweep_cond, &attr);
+    pthread_cond_init(&t->reply_cond, &attr);
+    for (int g = 0; g < TRANSPORT_GROUPS; g++)
+        pthread_cond_init(&t->groups[g].park_cond, &attr);
     pthread_condattr_destroy(&attr);
     /* before any socket exists: nng's pipe notifications use the table */
     bf_err err = srv_conns_new(&t->conns, cfg->n_urls, t->max_conns, t->max_conns_per_peer);
@@ -393,8 +412,14 @@ static bf_err transport_group_start(srv_transport *t, transport_group *g, char *
     g->n_slots = t->threads + (int)(waiting < TRANSPORT_SLOTS_MAX ? waiting : TRANSPORT_SLOTS_MAX);
     g->slots = calloc((size_t)g->n_slots, sizeof *g->slots);
     g->workers = calloc((size_t)t->threads, sizeof *g->workers);
-    if (g->slots == NULL || g->workers == NULL)
+    g->sessions = calloc((size_t)t->threads, sizeof *g->sessions);
+    g->idle_sessions = calloc((size_t)t->threads, sizeof *g->idle_sessions);
+    if (g->slots == NULL || g->workers == NULL || g->sessions == NULL || g->idle_sessions == NULL)
         return BF_ERR_NOMEM;
+    for (int i = 0; i < t->threads; i++) {
+        g->sessions[i].ctx = t->ctx;
+        g->idle_sessions[g->n_idle_sessions++] = &g->sessions[i];
+    }
     for (int i = 0; i < g->n_slots; i++) {
         transport_slot *slot = &g->slots[i];
         slot->t = t;
@@ -402,7 +427,7 @@ static bf_err transport_group_start(srv_transport *t, transport_group *g, char *
         int rv = nng_ctx_open(&slot->ctx, g->sock);
         if (rv == 0) {
             slot->ctx_open = true;
-            rv = nng_aio_alloc(&slot->send_aio, transport_sent, slot);
+            rv = nng_aio_alloc(&slot->send_aio, NULL, NULL);
         }
         if (rv != 0)
             return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
@@ -415,7 +440,6 @@ static bf_err transport_group_start(srv_transport *t, transport_group *g, char *
         transport_worker *w = &g->workers[i];
         w->t = t;
         w->group = g;
-        w->session.ctx = t->ctx;
         int rv = nng_aio_alloc(&w->aio, NULL, NULL);
         if (rv != 0)
             return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL,
@@ -456,6 +480,9 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             transport_log_event(t, BF_LOG_INFO, BF_EV_SERVER_LISTENING, "listening on %s", tl->url);
     }
     t->started = true;
+    if (pthread_create(&t->replier, NULL, transport_replier_main, t) != 0)
+        return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the reply thread");
+    t->replier_started = true;
     for (int g = 0; g < TRANSPORT_GROUPS; g++) {
         bf_err err = transport_group_start(t, &t->groups[g], diag, diag_len);
         if (err != BF_OK)
@@ -590,7 +617,7 @@ static bool transport_wait_sends(srv_transport *t)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&t->mtx);
-    t->cond_waiters++; /* transport_sent() wakes us */
+    t->cond_waiters++; /* the end of each reply wakes us */
     while (t->groups[0].sending + t->groups[1].sending > 0 &&
            pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
         ;
@@ -608,6 +635,8 @@ void srv_transport_stop(srv_transport *t)
     pthread_mutex_lock(&t->mtx);
     t->stopping = true;
     pthread_cond_broadcast(&t->cond);
+    for (int g = 0; g < TRANSPORT_GROUPS; g++)
+        pthread_cond_broadcast(&t->groups[g].park_cond);
     pthread_cond_signal(&t->sweep_cond);
     for (int g = 0; g < TRANSPORT_GROUPS; g++) {
         for (int i = 0; i < t->groups[g].n_workers; i++) {
@@ -632,13 +661,26 @@ void srv_transport_stop(srv_transport *t)
             }
             nng_aio_free(w->aio);
             w->aio = NULL;
-            bf_engine_close(w->session.engine);
-            w->session.engine = NULL;
+        }
+        for (int i = 0; t->groups[g].sessions != NULL && i < t->groups[g].n_workers; i++) {
+            bf_engine_close(t->groups[g].sessions[i].engine);
+            t->groups[g].sessions[i].engine = NULL;
         }
     }
     /* the replies of requests that finished: each is handed over or dropped within the send
      * timeout */
     bool sends_done = transport_wait_sends(t);
+    if (t->replier_started) {
+        pthread_mutex_lock(&t->mtx);
+        t->replier_end = true;
+        pthread_cond_signal(&t->reply_cond);
+        pthread_mutex_unlock(&t->mtx);
+        if (sends_done)
+            pthread_join(t->replier, NULL);
+        else
+            pthread_detach(t->replier); /* waits in nng for a send nng never ends: abandoned */
+        t->replier_started = false;
+    }
     if (sends_done) {
         for (int g = 0; g < TRANSPORT_GROUPS; g++) {
             for (int i = 0; i < t->groups[g].n_slots; i++) {
@@ -693,12 +735,17 @@ void srv_transport_free(srv_transport *t)
     for (int g = 0; g < TRANSPORT_GROUPS; g++) {
         free(t->groups[g].workers);
         free(t->groups[g].slots);
+        free(t->groups[g].sessions);
+        free(t->groups[g].idle_sessions);
     }
     if (t->tls != NULL)
         nng_tls_config_free(t->tls);
     srv_conns_free(t->conns);
     pthread_cond_destroy(&t->cond);
     pthread_cond_destroy(&t->sweep_cond);
+    pthread_cond_destroy(&t->reply_cond);
+    for (int g = 0; g < TRANSPORT_GROUPS; g++)
+        pthread_cond_destroy(&t->groups[g].park_cond);
     pthread_mutex_destroy(&t->mtx);
     free(t);
 }

@@ -1,9 +1,10 @@
 /*
  * transport.h - the nng REP transport of buzz-backfilld: a rep0 socket per listener kind
  * (ipc:// listeners on one, tcp:// and tls+tcp:// on another), listeners on every configured
- * URL and, per socket, a pool of threads, each with its own srv_session, that hand every
- * request to srv_dispatch(), and a pool of nng contexts the replies are sent from without
- * holding a thread.
+ * URL and, per socket, a pool of threads that hand every request to srv_dispatch() with a
+ * srv_session lent from a pool of as many (the most recently returned first, so that a quiet
+ * caller's requests meet one warm PostgreSQL backend), and a pool of nng contexts the replies
+ * are sent from without holding a thread.
  *
  * Hostile peers: connections are admitted under a cap per listener and per peer (remote IP,
  * or uid on ipc); a connection has at most SRV_TRANSPORT_IN_FLIGHT requests in flight (more

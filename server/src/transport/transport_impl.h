@@ -25,6 +25,8 @@
 #define TRANSPORT_GROUPS        2 /* sockets: ipc, network */
 #define TRANSPORT_NOTE_MS       10000
 #define TRANSPORT_SWEEP_MS      250  /* how often unread connections are looked at */
+#define TRANSPORT_REPLY_POLL_MS 1    /* how often the replier looks over its queue of replies */
+#define TRANSPORT_RECEIVERS     2    /* workers of a socket waiting in recv at once (at most) */
 #define TRANSPORT_SLOTS_MAX     1024 /* contexts per socket beyond one per thread */
 #define TRANSPORT_SEND_GRACE_MS 500  /* past the send timeout, a send nng did not complete */
 #define TRANSPORT_CANARY_MS     1000 /* how often nng's reaper is probed */
@@ -77,16 +79,17 @@ typedef struct transport_listener {
 } transport_listener;
 
 /* A context of a socket's pool. A request is received on a free slot by a worker thread and
- * its reply sent from it asynchronously: the slot, not the thread, waits for the peer. */
+ * its reply sent from it without waiting: the slot, not the thread, waits for the peer. */
 typedef struct transport_slot {
     srv_transport *t;
     transport_group *group;
     nng_ctx ctx;
     bool ctx_open;
-    nng_aio *send_aio; /* completes in transport_sent() */
+    nng_aio *send_aio; /* no callback: its end is seen by the worker or the replier */
     uint32_t pipe_id;  /* of the reply in flight */
     srv_peer peer;     /* of the reply in flight (listener names are static strings) */
-    struct transport_slot *next_free; /* under t->mtx */
+    struct transport_slot *next_free;    /* under t->mtx */
+    struct transport_slot *next_pending; /* under t->mtx: the replier's queue */
 } transport_slot;
 
 typedef struct transport_worker {
@@ -96,7 +99,6 @@ typedef struct transport_worker {
     bool thread_started;
     nng_aio *aio;              /* receives */
     transport_slot *receiving; /* under t->mtx: the slot this thread waits in recv on */
-    srv_session session;
 } transport_worker;
 
 struct transport_group {
@@ -110,6 +112,16 @@ struct transport_group {
     int n_slots;
     transport_slot *free_slots; /* under t->mtx */
     int sending;                /* under t->mtx: slots whose reply is in flight */
+    /* A session (engine connection) per worker, lent to a request for its length: the one
+     * returned last is lent first. nng hands requests to the threads waiting in recv in turn,
+     * so with a session per thread one caller's requests went to every PostgreSQL backend in
+     * turn, each cold: Get took 431 us at one client against 269 with one thread (issue 26). */
+    srv_session *sessions;
+    srv_session **idle_sessions; /* under t->mtx: a stack, the most recently returned on top */
+    int n_idle_sessions;
+    int receivers;            /* under t->mtx: workers waiting in recv */
+    int parked;               /* under t->mtx: workers waiting on park_cond */
+    pthread_cond_t park_cond; /* a receiver took a request and left none receiving, or stop */
 };
 
 struct srv_transport {
@@ -131,6 +143,13 @@ struct srv_transport {
     pthread_cond_t cond;
     int cond_waiters;          /* under mtx: threads in a wait on cond */
     pthread_cond_t sweep_cond; /* the sweeper's pause: signalled when stop begins, nothing else */
+    /* Under mtx: the replies whose send did not end when it was handed over (their pipe was
+     * still writing an earlier reply); the replier frees their slots as their sends end. */
+    transport_slot *pending;
+    pthread_cond_t reply_cond; /* the replier's: a reply was queued, or it is told to end */
+    bool replier_end;          /* under mtx: no reply is in flight any more, stop is ending */
+    pthread_t replier;
+    bool replier_started;
     pthread_t sweeper;
     bool sweeper_started;
     srv_canary *canary;           /* probes nng's reaper; owned by the sweeper */
@@ -157,8 +176,9 @@ void transport_note_event(srv_transport *t, transport_note_kind kind, const char
                           const char *who);
 /* nng's pipe notifications of both sockets (arg: the transport). */
 void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg);
-/* The completion of a slot's reply (arg: the transport_slot); runs on nng's threads. */
-void transport_sent(void *arg);
+/* The replier thread (arg: the transport): frees the slots of the replies that did not end
+ * when they were handed to nng, as their sends end. */
+void *transport_replier_main(void *arg);
 /* A request thread of a socket (arg: its transport_worker). */
 void *transport_worker_main(void *arg);
 /* The sweeper thread (arg: the transport). */

@@ -1,7 +1,8 @@
 /*
  * transport_serve.c - the serving half of the transport (see transport.c's design notes):
  * nng's pipe notifications admitting connections under the caps, the peer facts of a request,
- * the request threads with their slots and asynchronous replies, the sweeper that closes
+ * the request threads with their slots and replies that never wait for their peers, the
+ * replier that waits for the replies of busy pipes, the sweeper that closes
  * quiet unread connections and probes nng's reaper, and the rate-limited log notes.
  */
 #include <arpa/inet.h>
@@ -223,11 +224,10 @@ static void transport_slot_release(srv_transport *t, transport_slot *slot)
 
 /* The reply of a slot was handed to its pipe, or not within the send timeout: then the peer is
  * not reading an earlier reply, the reply is dropped and the connection marked unread (its
- * requests are refused from now on; the sweeper closes it once it is quiet). Runs on nng's
- * threads; never blocks. */
-void transport_sent(void *arg)
+ * requests are refused from now on; the sweeper closes it once it is quiet). The slot's send
+ * has ended (nng_aio_wait returned); called by the worker that sent it or by the replier. */
+static void transport_sent(transport_slot *slot)
 {
-    transport_slot *slot = arg;
     srv_transport *t = slot->t;
     int rv = nng_aio_result(slot->send_aio);
     if (rv != 0) {
@@ -254,8 +254,90 @@ void transport_sent(void *arg)
     pthread_mutex_unlock(&t->mtx);
 }
 
+/* Whether the send of slot has ended: its count is the reply's length once it was handed over
+ * (never 0: a reply envelope always has its status), its result an error when it failed.
+ * Both are 0 from the send's start until its end, and keep their values after it; a read
+ * that races the end sees the send as not ended yet. nng_aio_wait() then returns at once and
+ * orders what nng wrote before it. */
+static bool transport_send_ended(const transport_slot *slot)
+{
+    return nng_aio_count(slot->send_aio) > 0 || nng_aio_result(slot->send_aio) != 0;
+}
+
+/* Hand slot's reply to nng without waiting for its peer. rep0 hands a reply to its pipe at once
+ * when the pipe is not writing an earlier one, and then ends the send before nng_ctx_send
+ * returns: the send aio has no callback, so that costs no thread switch. Otherwise (the pipe is
+ * busy: its peer has not read an earlier reply yet, or nng has not yet noted that it did) the
+ * slot is queued to the replier, and the send ends within the send timeout: the slot waits for
+ * the peer, the thread does not. */
+static void transport_send(srv_transport *t, transport_slot *slot, nng_msg *msg)
+{
+    nng_aio_set_msg(slot->send_aio, msg);
+    nng_aio_set_timeout(slot->send_aio, t->send_timeout_ms);
+    nng_ctx_send(slot->ctx, slot->send_aio);
+    if (transport_send_ended(slot)) {
+        nng_aio_wait(slot->send_aio);
+        transport_sent(slot);
+        return;
+    }
+    pthread_mutex_lock(&t->mtx);
+    slot->next_pending = t->pending;
+    t->pending = slot;
+    pthread_cond_signal(&t->reply_cond);
+    pthread_mutex_unlock(&t->mtx);
+}
+
+/* The replier: frees the slots of the queued replies as their sends end. nng_aio_wait() would
+ * wait for one send at a time, and a reply stuck behind a peer that does not read would hold
+ * every later one's slot for the send timeout; so the queue is looked over every
+ * TRANSPORT_REPLY_POLL_MS while it is not empty (only while some pipe is busy), and the
+ * replier sleeps on reply_cond while it is. */
+void *transport_replier_main(void *arg)
+{
+    srv_transport *t = arg;
+    pthread_mutex_lock(&t->mtx);
+    for (;;) {
+        while (t->pending == NULL && !t->replier_end)
+            pthread_cond_wait(&t->reply_cond, &t->mtx);
+        if (t->pending == NULL)
+            break; /* told to end, nothing left */
+        transport_slot *ended = NULL;
+        for (transport_slot **link = &t->pending; *link != NULL;) {
+            transport_slot *slot = *link;
+            if (transport_send_ended(slot)) {
+                *link = slot->next_pending;
+                slot->next_pending = ended;
+                ended = slot;
+            } else {
+                link = &slot->next_pending;
+            }
+        }
+        if (ended == NULL) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += (long)TRANSPORT_REPLY_POLL_MS * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&t->reply_cond, &t->mtx, &until);
+            continue;
+        }
+        pthread_mutex_unlock(&t->mtx);
+        while (ended != NULL) {
+            transport_slot *slot = ended;
+            ended = slot->next_pending;
+            nng_aio_wait(slot->send_aio); /* returns at once */
+            transport_sent(slot);
+        }
+        pthread_mutex_lock(&t->mtx);
+    }
+    pthread_mutex_unlock(&t->mtx);
+    return NULL;
+}
+
 /* Handle one message received on slot: refuse it, or dispatch it and send the reply from the
- * slot without waiting for it. The slot is free again when this returns, or once the send
+ * slot without waiting for its peer. The slot is free again when this returns, or once the send
  * completes. */
 static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *msg)
 {
@@ -284,8 +366,15 @@ static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *
     }
     uint8_t *out = NULL;
     size_t out_len = 0;
-    bf_err err = srv_dispatch(t->d, &w->session, &peer, nng_msg_body(msg), nng_msg_len(msg),
+    transport_group *g = w->group;
+    pthread_mutex_lock(&t->mtx);
+    srv_session *session = g->idle_sessions[--g->n_idle_sessions]; /* one per worker */
+    pthread_mutex_unlock(&t->mtx);
+    bf_err err = srv_dispatch(t->d, session, &peer, nng_msg_body(msg), nng_msg_len(msg),
                               received_us, &out, &out_len);
+    pthread_mutex_lock(&t->mtx);
+    g->idle_sessions[g->n_idle_sessions++] = session;
+    pthread_mutex_unlock(&t->mtx);
     nng_msg_clear(msg);
     if (err != BF_OK || nng_msg_append(msg, out, out_len) != 0) {
         transport_log(t, BF_LOG_ERROR, "could not answer a request: %s",
@@ -303,11 +392,15 @@ static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *
     pthread_mutex_lock(&t->mtx);
     slot->group->sending++;
     pthread_mutex_unlock(&t->mtx);
-    nng_aio_set_msg(slot->send_aio, msg);
-    nng_aio_set_timeout(slot->send_aio, t->send_timeout_ms);
-    nng_ctx_send(slot->ctx, slot->send_aio);
+    transport_send(t, slot, msg);
 }
 
+/* A worker waits in recv only while fewer than TRANSPORT_RECEIVERS of its socket's threads do;
+ * the others wait on the socket's park_cond. rep0 hands requests to the contexts waiting in
+ * recv in the order they began to wait, so with every thread waiting a quiet caller's requests
+ * went to each thread in turn, and each ran cold: about 25 us a request at one client (issue
+ * 26). A thread that takes a request and leaves no thread receiving wakes a parked one, so
+ * concurrent requests still find as many threads as the socket has. */
 void *transport_worker_main(void *arg)
 {
     transport_worker *w = arg;
@@ -315,15 +408,26 @@ void *transport_worker_main(void *arg)
     transport_group *g = w->group;
     for (;;) {
         pthread_mutex_lock(&t->mtx);
-        while (!t->stopping && g->free_slots == NULL) {
-            t->cond_waiters++;
-            pthread_cond_wait(&t->cond, &t->mtx); /* every slot waits for a peer (bounded) */
-            t->cond_waiters--;
+        for (;;) {
+            if (t->stopping)
+                break;
+            if (g->free_slots == NULL) {
+                t->cond_waiters++;
+                pthread_cond_wait(&t->cond, &t->mtx); /* every slot waits for a peer (bounded) */
+                t->cond_waiters--;
+            } else if (g->receivers >= TRANSPORT_RECEIVERS) {
+                g->parked++;
+                pthread_cond_wait(&g->park_cond, &t->mtx);
+                g->parked--;
+            } else {
+                break;
+            }
         }
         transport_slot *slot = t->stopping ? NULL : g->free_slots;
         if (slot != NULL) {
             g->free_slots = slot->next_free;
             w->receiving = slot;
+            g->receivers++;
         }
         pthread_mutex_unlock(&t->mtx);
         if (slot == NULL)
@@ -333,6 +437,9 @@ void *transport_worker_main(void *arg)
         nng_aio_wait(w->aio);
         pthread_mutex_lock(&t->mtx);
         w->receiving = NULL;
+        g->receivers--;
+        if (g->receivers == 0 && g->parked > 0)
+            pthread_cond_signal(&g->park_cond);
         pthread_mutex_unlock(&t->mtx);
         int rv = nng_aio_result(w->aio);
         if (rv != 0) {
@@ -344,8 +451,6 @@ void *transport_worker_main(void *arg)
         }
         transport_serve(w, slot, nng_aio_get_msg(w->aio));
     }
-    bf_engine_close(w->session.engine);
-    w->session.engine = NULL;
     return NULL;
 }
 
