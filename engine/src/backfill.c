@@ -20,7 +20,7 @@ static bf_validation_outcome outcome_parse(const char *s)
     return BF_VALIDATION_NONE;
 }
 
-void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
+bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
 {
     memset(out, 0, sizeof *out);
     int c = 0;
@@ -89,7 +89,60 @@ void bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     vp->rows_checked = bf__field_i64(r, row, c++);
     vp->rows_needing_repair = bf__field_i64(r, row, c++);
     out->now = bf__field_i64(r, row, c++);
-    bf__old_writers_from_result(r, row, c, &out->old_writers);
+    bf_old_writers *ow = &out->old_writers;
+    ow->watching = bf__field_bool(r, row, c++);
+    bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, c++));
+    return bf__field_bool(r, row, c++);
+}
+
+/* The index of id in out[0..n), looked for from hint on (the counts come in the order of the
+ * rows): -1 when absent. */
+static int backfill_find(const bf_backfill *out, int n, const char *id, int hint)
+{
+    for (int k = 0; k < n; k++) {
+        int i = (hint + k) % n;
+        if (strcmp(out[i].id, id) == 0)
+            return i;
+    }
+    return -1;
+}
+
+bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n)
+{
+    int wanted = 0;
+    for (int i = 0; i < n; i++)
+        wanted += counted[i];
+    if (wanted == 0)
+        return BF_OK; /* no watch row: no counts (every read by default) */
+    bf_strbuf ids;
+    bf__strbuf_init(&ids);
+    bf__strbuf_add(&ids, "{");
+    for (int i = 0, k = 0; i < n; i++)
+        if (counted[i]) /* IDs are [a-z0-9._-] (bf_id_valid): quoted, nothing to escape */
+            bf__strbuf_addf(&ids, "%s\"%s\"", k++ ? "," : "", out[i].id);
+    bf__strbuf_add(&ids, "}");
+    if (ids.failed) {
+        bf__strbuf_fini(&ids);
+        return bf__diag(e, BF_ERR_NOMEM, "out of memory");
+    }
+    static const char sql[] = BF_OLD_WRITERS_SQL " ORDER BY ow.backfill_id";
+    const char *params[] = {ids.data};
+    PGresult *r = NULL;
+    bf_err err =
+        bf__exec_stmt(e, &r, "read old-writer counts", BF_STMT_OLD_WRITERS, sql, 1, params);
+    bf__strbuf_fini(&ids);
+    if (err != BF_OK)
+        return err;
+    int hint = 0;
+    for (int row = 0; row < PQntuples(r); row++) {
+        int i = backfill_find(out, n, bf__field(r, row, 0), hint);
+        if (i < 0)
+            continue;
+        bf__old_writer_counts_from_result(r, row, 1, &out[i].old_writers);
+        hint = i + 1;
+    }
+    PQclear(r);
+    return BF_OK;
 }
 
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
@@ -110,9 +163,9 @@ bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *o
         PQclear(r);
         return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
     }
-    bf__row_from_result(r, 0, out);
+    bool counted = bf__row_from_result(r, 0, out);
     PQclear(r);
-    return BF_OK;
+    return bf__old_writer_counts(e, out, &counted, 1);
 }
 
 bf_err bf_get(bf_engine *e, const char *id, bf_backfill *out)
@@ -150,9 +203,12 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     if ((err = bf__exec(e, &r, "list backfills", sql, 3, params)) != BF_OK)
         return err;
     int n = PQntuples(r);
+    bool counted[1000]; /* limit */
     for (int i = 0; i < n; i++)
-        bf__row_from_result(r, i, &out[i]);
+        counted[i] = bf__row_from_result(r, i, &out[i]);
     PQclear(r);
+    if ((err = bf__old_writer_counts(e, out, counted, n)) != BF_OK)
+        return err;
     *count_out = n;
     return BF_OK;
 }

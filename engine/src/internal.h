@@ -170,6 +170,7 @@ typedef enum bf_stmt {
     BF_STMT_MIGRATIONS = 3,
     BF_STMT_READINESS = 4,
     BF_STMT_STATS = 5,
+    BF_STMT_OLD_WRITERS = 6,
     BF_STMT_COUNT
 } bf_stmt;
 
@@ -343,35 +344,47 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,"                                  \
     " (w.backfill_id IS NOT NULL AND w.removed_at IS NULL)," /* the watchdog (watch.c) */          \
     " w.mode,"                                                                                     \
-    " coalesce(ow.rows, 0), coalesce(ow.healed, 0), coalesce(ow.writers, 0),"                      \
+    " w.backfill_id IS NOT NULL"
+/* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
+ * watch row (w). A locking read names b ("FOR UPDATE OF b"): v is the nullable side of the
+ * join. The old-writer counts exist only under a watch row (watch.c records it with the
+ * trigger, never deletes it) and are read by BF_OLD_WRITERS_SQL, for the rows that have one:
+ * joined in as two lateral aggregates gated on w they cost every read about 40 us, watched or
+ * not (issue 26), and watching is opt-in. */
+#define BF_BACKFILL_FROM                                                                           \
+    "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
+    " ON v.backfill_id = b.id"                                                                     \
+    " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = b.id"
+/* The old-writer counts of the backfills in $1 (a text[] of IDs) that have any: the backfill
+ * ID, then the columns bf__old_writer_counts_from_result() reads: the totals (rows, healed,
+ * writers, first and last seen) and the writer with the most rows (application, address,
+ * role, rows, first and last seen). */
+#define BF_OLD_WRITERS_SQL                                                                         \
+    "SELECT ow.backfill_id, ow.rows, ow.healed, ow.writers,"                                       \
     " (extract(epoch FROM ow.first_seen) * 1000000)::bigint,"                                      \
     " (extract(epoch FROM ow.last_seen) * 1000000)::bigint,"                                       \
     " ot.application_name, ot.client_addr, ot.role_name, ot.rows,"                                 \
     " (extract(epoch FROM ot.first_seen) * 1000000)::bigint,"                                      \
-    " (extract(epoch FROM ot.last_seen) * 1000000)::bigint"
-/* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
- * watchdog (w, ow: the totals, ot: the writer with the most rows). Counts exist only under a
- * watch row (watch.c records it with the trigger, never deletes it), so the two aggregates are
- * gated on w: a row never watched (every read of Get and List by default) costs them nothing. A
- * locking read names b ("FOR UPDATE OF b"): v is the nullable side of the join. */
-#define BF_BACKFILL_FROM                                                                           \
-    "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
-    " ON v.backfill_id = b.id"                                                                     \
-    " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = b.id"                                     \
-    " LEFT JOIN LATERAL (SELECT sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"     \
+    " (extract(epoch FROM ot.last_seen) * 1000000)::bigint"                                        \
+    " FROM (SELECT o.backfill_id, sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"   \
     "  count(DISTINCT (o.application_name, o.client_addr, o.role_name)) AS writers,"               \
     "  min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"                             \
-    "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = b.id"                                 \
-    "  AND w.backfill_id IS NOT NULL) ow ON true"                                                  \
+    "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = ANY ($1::text[])"                     \
+    "  GROUP BY o.backfill_id) ow"                                                                 \
     " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name,"                   \
     "  sum(o.rows)::bigint AS rows, min(o.first_seen) AS first_seen,"                              \
     "  max(o.last_seen) AS last_seen FROM buzz_backfill.old_writer o"                              \
-    "  WHERE o.backfill_id = b.id AND w.backfill_id IS NOT NULL"                                   \
+    "  WHERE o.backfill_id = ow.backfill_id"                                                       \
     "  GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"
-/* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS. */
-void bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
-/* watch.c: decode the watchdog's columns of BF_BACKFILL_COLUMNS, the first at col. */
-void bf__old_writers_from_result(const PGresult *r, int row, int col, bf_old_writers *out);
+/* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS; true when the backfill
+ * has a watch row, so old-writer counts to read (bf__old_writer_counts()). */
+bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
+/* Read the old-writer counts of the rows of out[0..n) whose counted[i] is set (one statement,
+ * none when no row is counted). */
+bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n);
+/* watch_report.c: decode the count columns of BF_OLD_WRITERS_SQL, the first at col (the
+ * totals, then the top writer), into out; watching and mode are left as they are. */
+void bf__old_writer_counts_from_result(const PGresult *r, int row, int col, bf_old_writers *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many
  * rows there are, writing at most max. */
 int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int max);

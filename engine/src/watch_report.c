@@ -26,12 +26,9 @@ static void watch_clock(char *buf, size_t cap, int64_t us)
         bf__format(buf, cap, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-void bf__old_writers_from_result(const PGresult *r, int row, int col, bf_old_writers *out)
+void bf__old_writer_counts_from_result(const PGresult *r, int row, int col, bf_old_writers *out)
 {
     int c = col;
-    memset(out, 0, sizeof *out);
-    out->watching = bf__field_bool(r, row, c++);
-    bf__copy(out->mode, sizeof out->mode, bf__field(r, row, c++));
     out->rows = bf__field_i64(r, row, c++);
     out->healed = bf__field_i64(r, row, c++);
     out->writers = bf__field_i64(r, row, c++);
@@ -252,7 +249,7 @@ bf_err bf_watch_probe_finish(bf_engine *e, const char *id, bf_old_writers *out, 
                      " sum(rows)::bigint AS rows, min(first_seen) AS first_seen,"
                      " max(last_seen) AS last_seen FROM gone GROUP BY 1, 2, 3"
                      " ORDER BY 4 DESC, 5 LIMIT 1)"
-                     " SELECT true, 'on', coalesce((SELECT sum(rows) FROM gone), 0)::bigint, 0,"
+                     " SELECT coalesce((SELECT sum(rows) FROM gone), 0)::bigint, 0,"
                      " (SELECT count(DISTINCT (application_name, client_addr, role_name))"
                      "  FROM gone),"
                      " (extract(epoch FROM (SELECT min(first_seen) FROM gone)) * 1000000)::bigint,"
@@ -270,9 +267,9 @@ bf_err bf_watch_probe_finish(bf_engine *e, const char *id, bf_old_writers *out, 
         return err;
     }
     bf_old_writers ow;
-    bf__old_writers_from_result(r, 0, 0, &ow);
+    memset(&ow, 0, sizeof ow); /* not watching: the probe's watch is gone */
+    bf__old_writer_counts_from_result(r, 0, 0, &ow);
     PQclear(r);
-    ow.watching = false;
     if (ow.rows == 0) {
         bf__format(report, cap, "no old writer: no row written that breaks the postcondition");
     } else {

@@ -401,6 +401,29 @@ static void test_heal(void **state)
     bf_engine_close(e);
 }
 
+/* List reads the old-writer counts of its page in one statement (bf__old_writer_counts()):
+ * every row must carry its own counts, the ones Get reads; returns how many rows have any. */
+static int expect_list_counts_match_get(bf_engine *e)
+{
+    bf_backfill *rows = calloc(100, sizeof *rows);
+    assert_non_null(rows);
+    int n = 0, with_counts = 0;
+    assert_int_equal(bf_list(e, 0, NULL, rows, 100, &n), BF_OK);
+    for (int i = 0; i < n; i++) {
+        bf_backfill one = bt_get(e, rows[i].id);
+        assert_int_equal(rows[i].old_writers.watching, one.old_writers.watching);
+        assert_int_equal(rows[i].old_writers.rows, one.old_writers.rows);
+        assert_int_equal(rows[i].old_writers.healed, one.old_writers.healed);
+        assert_int_equal(rows[i].old_writers.writers, one.old_writers.writers);
+        assert_string_equal(rows[i].old_writers.application, one.old_writers.application);
+        assert_int_equal(rows[i].old_writers.top_rows, one.old_writers.top_rows);
+        assert_int_equal(rows[i].old_writers.last_seen, one.old_writers.last_seen);
+        with_counts += rows[i].old_writers.rows > 0;
+    }
+    free(rows);
+    return with_counts;
+}
+
 static void test_bare_columns(void **state)
 {
     (void)state;
@@ -424,6 +447,7 @@ static void test_bare_columns(void **state)
     assert_int_equal(bt_int(conn, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'bfw\\_%%'"), 0);
     assert_false(bt_get(e, bare.id).old_writers.watching);
     assert_int_equal(bt_get(e, bare.id).old_writers.rows, 2); /* the counts stay */
+    assert_true(expect_list_counts_match_get(e) >= 2); /* several rows with counts of their own */
     assert_int_equal(bf_watch_off(e, bare.id, NULL, &removed), BF_OK);
     assert_false(removed);
     assert_int_equal(bt_int(conn,
