@@ -842,11 +842,9 @@ static void *client_thread(void *arg)
     return NULL;
 }
 
-/* 8 clients at once are served, at least two handlers at the same time (barrier). */
-static void test_concurrent_clients(void **state)
+/* N_CLIENTS clients call at once (client_thread), each answered OK. */
+static void run_clients(void)
 {
-    (void)state;
-    stub_reset(STUB_BARRIER);
     pthread_t threads[N_CLIENTS];
     client_job jobs[N_CLIENTS];
     memset(jobs, 0, sizeof jobs);
@@ -858,6 +856,14 @@ static void test_concurrent_clients(void **state)
         assert_int_equal(jobs[i].transport, BF_OK);
         assert_int_equal(jobs[i].code, SC(OK));
     }
+}
+
+/* 8 clients at once are served, at least two handlers at the same time (barrier). */
+static void test_concurrent_clients(void **state)
+{
+    (void)state;
+    stub_reset(STUB_BARRIER);
+    run_clients();
     pthread_mutex_lock(&stub.mtx);
     int calls = stub.calls, max_inside = stub.max_inside;
     bool timed_out = stub.timed_out;
@@ -878,15 +884,7 @@ static void test_a_burst_wakes_every_thread(void **state)
     pthread_mutex_lock(&stub.mtx);
     stub.barrier_want = N_CLIENTS;
     pthread_mutex_unlock(&stub.mtx);
-    pthread_t threads[N_CLIENTS];
-    client_job jobs[N_CLIENTS];
-    memset(jobs, 0, sizeof jobs);
-    for (int i = 0; i < N_CLIENTS; i++)
-        assert_int_equal(pthread_create(&threads[i], NULL, client_thread, &jobs[i]), 0);
-    for (int i = 0; i < N_CLIENTS; i++)
-        pthread_join(threads[i], NULL);
-    for (int i = 0; i < N_CLIENTS; i++)
-        assert_int_equal(jobs[i].transport, BF_OK);
+    run_clients();
     pthread_mutex_lock(&stub.mtx);
     int max_inside = stub.max_inside, n_threads = stub.n_threads;
     bool timed_out = stub.timed_out;

@@ -608,14 +608,7 @@ static bool transport_close_sockets(srv_transport *t)
 static bool transport_wait_sends(srv_transport *t)
 {
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    long ms = (long)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS;
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    transport_deadline(&until, (long)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS);
     pthread_mutex_lock(&t->mtx);
     t->cond_waiters++; /* the end of each reply wakes us */
     while (t->groups[0].sending + t->groups[1].sending > 0 &&

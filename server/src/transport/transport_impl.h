@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -170,6 +171,8 @@ void transport_log(const srv_transport *t, bf_log_level level, const char *fmt, 
 void transport_log_event(const srv_transport *t, bf_log_level level, bf_event event,
                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int64_t transport_now_ms(void);
+/* *until = now + ms on CLOCK_MONOTONIC (the clock of every condition variable here). */
+void transport_deadline(struct timespec *until, long ms);
 /* Count one event of kind; log it (with the events suppressed since the last line) unless a
  * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */
 void transport_note_event(srv_transport *t, transport_note_kind kind, const char *what,

@@ -50,6 +50,17 @@ void transport_log_event(const srv_transport *t, bf_log_level level, bf_event ev
     va_end(ap);
 }
 
+void transport_deadline(struct timespec *until, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, until);
+    until->tv_sec += ms / 1000;
+    until->tv_nsec += (ms % 1000) * 1000000L;
+    if (until->tv_nsec >= 1000000000L) {
+        until->tv_sec++;
+        until->tv_nsec -= 1000000000L;
+    }
+}
+
 int64_t transport_now_ms(void)
 {
     struct timespec ts;
@@ -314,12 +325,7 @@ void *transport_replier_main(void *arg)
         }
         if (ended == NULL) {
             struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_nsec += (long)TRANSPORT_REPLY_POLL_MS * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            transport_deadline(&until, TRANSPORT_REPLY_POLL_MS);
             pthread_cond_timedwait(&t->reply_cond, &t->mtx, &until);
             continue;
         }
@@ -463,12 +469,7 @@ void *transport_sweeper_main(void *arg)
     pthread_mutex_lock(&t->mtx);
     while (!t->stopping) {
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)TRANSPORT_SWEEP_MS * 1000000L;
-        while (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        transport_deadline(&until, TRANSPORT_SWEEP_MS);
         while (!t->stopping && pthread_cond_timedwait(&t->sweep_cond, &t->mtx, &until) != ETIMEDOUT)
             ;
         if (t->stopping)
