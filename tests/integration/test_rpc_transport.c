@@ -899,19 +899,28 @@ static void test_a_burst_wakes_every_thread(void **state)
  * N_CLIENTS of each. Guards: the sessions are a stack lent per request (with a session per
  * thread, the calls meet a session per thread that served them), and at most two threads wait
  * in recv (rep0 gives a request to the context that waited longest: with every thread waiting,
- * sequential calls go to each thread in turn). */
+ * sequential calls go to each thread in turn). Threads still coming back from an earlier
+ * burst (test_a_burst_wakes_every_thread) may each take a turn as a receiver before they
+ * park (CI: 3 threads), so a round of calls is repeated until one shows the settled state,
+ * a bounded number of times: without either guard no round ever does. */
 static void test_sequential_calls_meet_one_session(void **state)
 {
     (void)state;
-    stub_reset(STUB_ECHO);
     bfc_client *c = client_open(ipc_url, NULL, 4000, 0);
-    for (int i = 0; i < 5 * N_CLIENTS; i++)
-        assert_true(stub_round_trip(c).got);
+    int calls = 0, n_sessions = 0, n_threads = 0;
+    for (int round = 0; round < 20; round++) {
+        stub_reset(STUB_ECHO);
+        for (int i = 0; i < 5 * N_CLIENTS; i++)
+            assert_true(stub_round_trip(c).got);
+        pthread_mutex_lock(&stub.mtx);
+        calls = stub.calls, n_sessions = stub.n_sessions, n_threads = stub.n_threads;
+        pthread_mutex_unlock(&stub.mtx);
+        assert_int_equal(calls, 5 * N_CLIENTS);
+        if (n_sessions == 1 && n_threads <= 2)
+            break;
+        printf("round %d: %d sessions, %d threads\n", round, n_sessions, n_threads);
+    }
     bfc_close(c);
-    pthread_mutex_lock(&stub.mtx);
-    int calls = stub.calls, n_sessions = stub.n_sessions, n_threads = stub.n_threads;
-    pthread_mutex_unlock(&stub.mtx);
-    assert_int_equal(calls, 5 * N_CLIENTS);
     assert_int_equal(n_sessions, 1);
     assert_true(n_threads >= 1 && n_threads <= 2);
 }
