@@ -70,9 +70,10 @@
  *   SRV_TRANSPORT_REPLYING of its replies are being sent; a further request is dropped
  *   unanswered (its peer is pipelining, which our clients never do beyond one retry), so one
  *   connection holds at most that many threads. The replies have their own, larger count: a
- *   send completes on nng's thread after the peer may already have read the reply, so a
- *   client that waits for each reply can find a few of its earlier ones still counted (seen
- *   under load: a one-at-a-time client dropped at a single count of 2).
+ *   reply counts until the daemon has seen its send end, which can be after the peer has read
+ *   it and sent its next request, so a client that waits for each reply can find a few of its
+ *   earlier ones still counted (seen under load: a one-at-a-time client dropped at a single
+ *   count of 2).
  * - Replies are sent without waiting for their peers (above), so a peer that does not read
  *   holds slots, not threads. The pool has a slot per thread plus SRV_TRANSPORT_REPLYING per
  *   connection the caps admit (at most TRANSPORT_SLOTS_MAX), so slow readers cannot empty it
@@ -668,10 +669,7 @@ void srv_transport_stop(srv_transport *t)
         t->replier_end = true;
         pthread_cond_signal(&t->reply_cond);
         pthread_mutex_unlock(&t->mtx);
-        if (sends_done)
-            pthread_join(t->replier, NULL);
-        else
-            pthread_detach(t->replier); /* waits in nng for a send nng never ends: abandoned */
+        pthread_join(t->replier, NULL); /* it never waits in nng */
         t->replier_started = false;
     }
     if (sends_done) {

@@ -121,7 +121,6 @@ struct transport_group {
     srv_session **idle_sessions; /* under t->mtx: a stack, the most recently returned on top */
     int n_idle_sessions;
     int receivers;            /* under t->mtx: workers waiting in recv */
-    int parked;               /* under t->mtx: workers waiting on park_cond */
     pthread_cond_t park_cond; /* a receiver took a request and left none receiving, or stop */
 };
 
@@ -148,7 +147,7 @@ struct srv_transport {
      * still writing an earlier reply); the replier frees their slots as their sends end. */
     transport_slot *pending;
     pthread_cond_t reply_cond; /* the replier's: a reply was queued, or it is told to end */
-    bool replier_end;          /* under mtx: no reply is in flight any more, stop is ending */
+    bool replier_end;          /* under mtx: stop is ending the replier */
     pthread_t replier;
     bool replier_started;
     pthread_t sweeper;

@@ -302,7 +302,9 @@ static void transport_send(srv_transport *t, transport_slot *slot, nng_msg *msg)
  * wait for one send at a time, and a reply stuck behind a peer that does not read would hold
  * every later one's slot for the send timeout; so the queue is looked over every
  * TRANSPORT_REPLY_POLL_MS while it is not empty (only while some pipe is busy), and the
- * replier sleeps on reply_cond while it is. */
+ * replier sleeps on reply_cond while it is empty. It never waits inside nng, so stop can
+ * always end it: when stop tells it to, every send has ended, or nng is wedged and whatever
+ * is left in the queue stays with the abandoned transport. */
 void *transport_replier_main(void *arg)
 {
     srv_transport *t = arg;
@@ -310,8 +312,8 @@ void *transport_replier_main(void *arg)
     for (;;) {
         while (t->pending == NULL && !t->replier_end)
             pthread_cond_wait(&t->reply_cond, &t->mtx);
-        if (t->pending == NULL)
-            break; /* told to end, nothing left */
+        if (t->replier_end)
+            break;
         transport_slot *ended = NULL;
         for (transport_slot **link = &t->pending; *link != NULL;) {
             transport_slot *slot = *link;
@@ -378,26 +380,27 @@ static void transport_serve(transport_worker *w, transport_slot *slot, nng_msg *
     pthread_mutex_unlock(&t->mtx);
     bf_err err = srv_dispatch(t->d, session, &peer, nng_msg_body(msg), nng_msg_len(msg),
                               received_us, &out, &out_len);
-    pthread_mutex_lock(&t->mtx);
-    g->idle_sessions[g->n_idle_sessions++] = session;
-    pthread_mutex_unlock(&t->mtx);
     nng_msg_clear(msg);
-    if (err != BF_OK || nng_msg_append(msg, out, out_len) != 0) {
+    bool answer = err == BF_OK && nng_msg_append(msg, out, out_len) == 0;
+    free(out);
+    if (answer) {
+        slot->pipe_id = pipe_id;
+        slot->peer = peer;
+        srv_conns_replying(t->conns, pipe_id);
+    }
+    pthread_mutex_lock(&t->mtx); /* the session back, and the reply counted, in one hold */
+    g->idle_sessions[g->n_idle_sessions++] = session;
+    if (answer)
+        g->sending++;
+    pthread_mutex_unlock(&t->mtx);
+    if (!answer) {
         transport_log(t, BF_LOG_ERROR, "could not answer a request: %s",
                       err != BF_OK ? bf_err_str(err) : "out of memory");
-        free(out);
         nng_msg_free(msg);
         srv_conns_end(t->conns, pipe_id, false);
         transport_slot_release(t, slot);
         return;
     }
-    free(out);
-    slot->pipe_id = pipe_id;
-    slot->peer = peer;
-    srv_conns_replying(t->conns, pipe_id);
-    pthread_mutex_lock(&t->mtx);
-    slot->group->sending++;
-    pthread_mutex_unlock(&t->mtx);
     transport_send(t, slot, msg);
 }
 
@@ -422,9 +425,7 @@ void *transport_worker_main(void *arg)
                 pthread_cond_wait(&t->cond, &t->mtx); /* every slot waits for a peer (bounded) */
                 t->cond_waiters--;
             } else if (g->receivers >= TRANSPORT_RECEIVERS) {
-                g->parked++;
                 pthread_cond_wait(&g->park_cond, &t->mtx);
-                g->parked--;
             } else {
                 break;
             }
@@ -444,8 +445,8 @@ void *transport_worker_main(void *arg)
         pthread_mutex_lock(&t->mtx);
         w->receiving = NULL;
         g->receivers--;
-        if (g->receivers == 0 && g->parked > 0)
-            pthread_cond_signal(&g->park_cond);
+        if (g->receivers == 0)
+            pthread_cond_signal(&g->park_cond); /* no one, when no thread is parked */
         pthread_mutex_unlock(&t->mtx);
         int rv = nng_aio_result(w->aio);
         if (rv != 0) {
