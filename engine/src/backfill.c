@@ -117,9 +117,9 @@ bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted
     bf_strbuf ids;
     bf__strbuf_init(&ids);
     bf__strbuf_add(&ids, "{");
-    for (int i = 0, k = 0; i < n; i++)
-        if (counted[i]) /* IDs are [a-z0-9._-] (bf_id_valid): quoted, nothing to escape */
-            bf__strbuf_addf(&ids, "%s\"%s\"", k++ ? "," : "", out[i].id);
+    for (int i = 0; i < n; i++)
+        if (counted[i]) /* IDs are [a-z0-9._-] (bf_id_valid) */
+            bf__strbuf_add_element(&ids, out[i].id);
     bf__strbuf_add(&ids, "}");
     if (ids.failed) {
         bf__strbuf_fini(&ids);
@@ -181,7 +181,7 @@ bf_err bf_get(bf_engine *e, const char *id, bf_backfill *out)
 bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_backfill *out,
                int limit, int *count_out)
 {
-    if (e == NULL || out == NULL || count_out == NULL || limit < 1 || limit > 1000)
+    if (e == NULL || out == NULL || count_out == NULL || limit < 1 || limit > BF_LIST_MAX)
         return BF_ERR_INVALID_ARGUMENT;
     if (after_id != NULL && after_id[0] != '\0' && !bf_id_valid(after_id))
         return BF_ERR_INVALID_ARGUMENT;
@@ -203,7 +203,7 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     if ((err = bf__exec(e, &r, "list backfills", sql, 3, params)) != BF_OK)
         return err;
     int n = PQntuples(r);
-    bool counted[1000]; /* limit */
+    bool counted[BF_LIST_MAX];
     for (int i = 0; i < n; i++)
         counted[i] = bf__row_from_result(r, i, &out[i]);
     PQclear(r);

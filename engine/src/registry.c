@@ -173,14 +173,10 @@ static char *registry_ids_literal(const bf_registry *reg, size_t n, bool require
     bf_strbuf sb;
     bf__strbuf_init(&sb);
     bf__strbuf_add(&sb, "{");
-    bool first = true;
     for (size_t i = 0; i < n; i++) {
         const bf_definition *d = registry_slot(reg, i)->def;
-        if (required_only && !d->required)
-            continue;
-        /* quoted: an unquoted element spelled "null" would read as a NULL */
-        bf__strbuf_addf(&sb, "%s\"%s\"", first ? "" : ",", d->id);
-        first = false;
+        if (!required_only || d->required)
+            bf__strbuf_add_element(&sb, d->id);
     }
     bf__strbuf_add(&sb, "}");
     return bf__strbuf_take(&sb);

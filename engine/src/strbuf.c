@@ -47,6 +47,15 @@ void bf__strbuf_add(bf_strbuf *sb, const char *s)
     sb->len += n;
 }
 
+void bf__strbuf_add_element(bf_strbuf *sb, const char *s)
+{
+    if (sb->len > 0 && sb->data[sb->len - 1] != '{')
+        bf__strbuf_add(sb, ",");
+    bf__strbuf_add(sb, "\"");
+    bf__strbuf_add(sb, s);
+    bf__strbuf_add(sb, "\"");
+}
+
 void bf__strbuf_addf(bf_strbuf *sb, const char *fmt, ...)
 {
     if (sb->failed)

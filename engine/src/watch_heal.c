@@ -150,7 +150,7 @@ bf_err bf__heal_check(bf_engine *e, const bf_definition *d, bf_heal_item *items,
     bf__strbuf_init(&arr);
     bf__strbuf_add(&arr, "{");
     for (int i = 0; i < nnames; i++)
-        bf__strbuf_addf(&arr, "%s\"%s\"", i ? "," : "", names[i]);
+        bf__strbuf_add_element(&arr, names[i]);
     bf__strbuf_add(&arr, "}");
     char *lit = bf__strbuf_take(&arr);
     if (lit == NULL)

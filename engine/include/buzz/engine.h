@@ -341,8 +341,9 @@ typedef struct bf_backfill {
 
 bf_err bf_get(bf_engine *engine, const char *id, bf_backfill *out);
 
-/* List rows ordered by id, starting after after_id (NULL = first), at most limit (<= 1000).
- * state_filter 0 = all. *count_out receives the number written. */
+/* List rows ordered by id, starting after after_id (NULL = first), at most limit (<=
+ * BF_LIST_MAX). state_filter 0 = all. *count_out receives the number written. */
+#define BF_LIST_MAX 1000
 bf_err bf_list(bf_engine *engine, bf_state state_filter, const char *after_id, bf_backfill *out,
                int limit, int *count_out);
 

@@ -20,7 +20,7 @@
 #include "srv.h"
 
 #define ADMIN_PAGE_DEFAULT 100
-#define ADMIN_PAGE_MAX     1000
+#define ADMIN_PAGE_MAX     BF_LIST_MAX
 
 #define SC(name) BUZZ__BACKFILL__V1__STATUS_CODE__##name
 
