@@ -314,15 +314,10 @@ static void test_slow_readers_do_not_hold_the_daemon(void **state)
 
     /* every ipc slow reader is dropped once it has stopped sending */
     int64_t until = now_ms() + WAIT_MS;
-    for (int i = SLOW_READERS; i < 2 * SLOW_READERS; i++) {
-        while (!sp_closed_by_daemon(&peers[i])) {
-            if (now_ms() > until)
-                fail_msg("slow reader %d (%s) was never dropped; see %s", i,
-                         peers[i].ipc ? "ipc" : "tcp", daemon_.log);
-            struct pollfd pfd = {.fd = peers[i].fd, .events = POLLRDHUP};
-            (void)poll(&pfd, 1, 50);
-        }
-    }
+    for (int i = SLOW_READERS; i < 2 * SLOW_READERS; i++)
+        if (!sp_wait_closed(&peers[i], (int)(until - now_ms())))
+            fail_msg("slow reader %d (%s) was never dropped; see %s", i,
+                     peers[i].ipc ? "ipc" : "tcp", daemon_.log);
     assert_true(bd_log_contains(&daemon_, "stopped serving a connection that does not read"));
     for (int i = 0; i < SLOW_READERS; i++)
         if (!sp_closed_by_daemon(&peers[i]))
@@ -435,13 +430,8 @@ static void test_idle_flood_beyond_the_caps(void **state)
     /* tcp is full: a further connection, from anywhere, is closed at once (a raw one: nng's
      * REQ client leaks its request when every connection is refused like this) */
     raw_peer late = raw_tcp(NULL, true);
-    until = now_ms() + WAIT_MS;
-    while (!sp_closed_by_daemon(&late)) {
-        if (now_ms() > until)
-            fail_msg("a connection beyond the cap was admitted; see %s", daemon_.log);
-        struct pollfd pfd = {.fd = late.fd, .events = POLLRDHUP};
-        (void)poll(&pfd, 1, 50);
-    }
+    if (!sp_wait_closed(&late, WAIT_MS))
+        fail_msg("a connection beyond the cap was admitted; see %s", daemon_.log);
     close(late.fd);
 
     /* once the flood's connections are gone (their descriptors back), tcp works again */

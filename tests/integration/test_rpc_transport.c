@@ -76,10 +76,10 @@ static struct {
     bool held, release;
     char *big;        /* STUB_BIG's reason, STUB_BIG_LEN bytes */
     int barrier_want; /* STUB_BARRIER: calls inside at once before any returns */
-    /* the distinct engine sessions and threads the calls were served with */
-    const srv_session *sessions[N_CLIENTS + 1];
+    /* the distinct engine sessions and threads (stub_thread_mark) the calls were served with */
+    const void *sessions[N_CLIENTS + 1];
     int n_sessions;
-    pthread_t threads[N_CLIENTS + 1];
+    const void *threads[N_CLIENTS + 1];
     int n_threads;
 } stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
@@ -98,19 +98,24 @@ static void stub_reset(stub_mode mode)
     pthread_mutex_unlock(&stub.mtx);
 }
 
+/* Add p to the set[0..*n) of at most N_CLIENTS + 1 distinct pointers. */
+static void stub_note_distinct(const void **set, int *n, const void *p)
+{
+    for (int i = 0; i < *n; i++)
+        if (set[i] == p)
+            return;
+    if (*n <= N_CLIENTS)
+        set[(*n)++] = p;
+}
+
+/* A different address on every thread: what tells the threads apart. */
+static _Thread_local char stub_thread_mark;
+
 /* Note the session and the thread of a call (stub.mtx held). */
 static void stub_note_server(const srv_call *call)
 {
-    bool seen = false;
-    for (int i = 0; i < stub.n_sessions; i++)
-        seen = seen || stub.sessions[i] == call->session;
-    if (!seen && stub.n_sessions <= N_CLIENTS)
-        stub.sessions[stub.n_sessions++] = call->session;
-    seen = false;
-    for (int i = 0; i < stub.n_threads; i++)
-        seen = seen || pthread_equal(stub.threads[i], pthread_self());
-    if (!seen && stub.n_threads <= N_CLIENTS)
-        stub.threads[stub.n_threads++] = pthread_self();
+    stub_note_distinct(stub.sessions, &stub.n_sessions, call->session);
+    stub_note_distinct(stub.threads, &stub.n_threads, &stub_thread_mark);
 }
 
 static int stub_calls(void)
@@ -649,17 +654,8 @@ static void test_oversized(void **state)
     assert_int_equal(send(p.fd, head, sizeof head, MSG_NOSIGNAL), (ssize_t)sizeof head);
     static const uint8_t zeros[4096];
     (void)send(p.fd, zeros, sizeof zeros, MSG_NOSIGNAL | MSG_DONTWAIT); /* the body begins */
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += WAIT_LIMIT_S;
-    while (!sp_closed_by_daemon(&p)) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > until.tv_sec)
-            fail_msg("a message beyond the receive cap did not close its connection");
-        struct timespec pause = {0, 10 * 1000000L};
-        nanosleep(&pause, NULL);
-    }
+    if (!sp_wait_closed(&p, WAIT_LIMIT_S * 1000))
+        fail_msg("a message beyond the receive cap did not close its connection");
     close(p.fd);
     assert_int_equal(stub_calls(), 1);
 

@@ -179,6 +179,18 @@ bool sp_closed_by_daemon(const sp_peer *p)
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+bool sp_wait_closed(const sp_peer *p, int wait_ms)
+{
+    int64_t until = now_ms() + wait_ms;
+    while (!sp_closed_by_daemon(p)) {
+        if (now_ms() > until)
+            return false;
+        struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
+        (void)poll(&pfd, 1, 50);
+    }
+    return true;
+}
+
 int sp_open_count(const sp_peer *peers, size_t n)
 {
     int open = 0;

@@ -34,6 +34,8 @@ bool sp_pump(sp_peer *p, int until);
 const char *sp_pipeline(sp_peer *peers, size_t n, int count, int wait_ms);
 /* true once the daemon closed (or reset) this connection. */
 bool sp_closed_by_daemon(const sp_peer *p);
+/* Wait (at most wait_ms) until the daemon closed p; false when it did not. */
+bool sp_wait_closed(const sp_peer *p, int wait_ms);
 /* How many of peers[0..n) the daemon has not closed. */
 int sp_open_count(const sp_peer *peers, size_t n);
 /* Bytes the peer sent that the daemon has not read yet (its send queue, or for tcp the daemon
