@@ -11,6 +11,7 @@
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster),
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
 #              next to the first on the same database, and compared with it in every round),
+#              BUZZ_BENCH_THREADS (the daemons' transport threads, default 8),
 #              BUZZ_BENCH_PERF (a directory: instead of the series, profile the daemon with perf
 #              while it serves Check alone, then Get alone, and print where its CPU goes).
 set -euo pipefail
@@ -20,7 +21,7 @@ BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ID="demo.events.content_len_v1"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
