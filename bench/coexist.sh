@@ -81,6 +81,10 @@ ROUNDS=1
 WINDOW_MS=200
 PIN=0
 LOAD_KIND=relay
+DRIVER=""
+DURABLE=0
+TRACES=""
+DRIVER_CPU=""
 THROTTLE_CONF=""
 RATE_ARGS=()
 ID=demo.events.content_len_v1
@@ -100,7 +104,11 @@ while (($#)); do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --window-ms) WINDOW_MS="$2"; shift 2 ;;
     --pin) PIN=1; shift ;;
+    --durable) DURABLE=1; shift ;;
+    --traces) TRACES="$2"; shift 2 ;;
     --load-kind) LOAD_KIND="$2"; shift 2 ;;
+    --driver) DRIVER="$2"; shift 2 ;;
+    --driver-cpu) DRIVER_CPU="$2"; shift 2 ;;
     --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
     -h | --help)
         sed -n '2,64p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -116,6 +124,16 @@ done
     echo "coexist.sh: --load-kind is relay or tpcb" >&2
     exit 2
 }
+[[ -n "$DRIVER" ]] || { [[ "$LOAD_KIND" == relay ]] && DRIVER=relayload || DRIVER=pgbench; }
+[[ "$DRIVER" == pgbench || ("$DRIVER" == relayload && "$LOAD_KIND" == relay) ]] || {
+    echo "coexist.sh: --driver is relayload (relay load only) or pgbench" >&2
+    exit 2
+}
+[[ -n "$DRIVER_CPU" ]] || { [[ "$DRIVER" == relayload ]] && DRIVER_CPU=1 || DRIVER_CPU=0; }
+[[ "$DRIVER_CPU" == 0 || "$DRIVER_CPU" == 1 ]] || {
+    echo "coexist.sh: --driver-cpu is 0 or 1" >&2
+    exit 2
+}
 PGBENCH="$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)"
 [[ -x "$PGBENCH" ]] || {
     echo "coexist.sh: pgbench not found (package postgresql-15 or postgresql-client-15)" >&2
@@ -126,12 +144,24 @@ PGBENCH="$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)"
 . "$ROOT/bench/lib.sh"
 # shellcheck source=scripts/db-url.sh
 . "$ROOT/scripts/db-url.sh"
-bench_build coexist.sh buzz-backfilld buzzctl buzz-demo-definitions canary
+bench_build coexist.sh buzz-backfilld buzzctl buzz-demo-definitions canary relayload
 
 TMP="$(mktemp -d /tmp/buzz-coexist.XXXXXX)"
 TEMPLATE="buzz_coexist_tmpl_$$"
-bench_pg_start
+DURABLE_STARTED=0
+if ((DURABLE)) && [[ -z "${BUZZ_BENCH_PG_URL:-}" ]]; then
+    # production durability: scripts/pg.sh's side cluster with fsync, full_page_writes and
+    # synchronous_commit on (it needs the private cluster running)
+    bench_pg_start
+    "$ROOT/scripts/pg.sh" durable-url >/dev/null 2>&1 || DURABLE_STARTED=1
+    BUZZ_BENCH_PG_URL="$("$ROOT/scripts/pg.sh" durable-start)"
+else
+    bench_pg_start
+fi
 SERVER_URL="$BUZZ_BENCH_PG_URL"
+COPY_STRATEGY=""
+(($(psql -X -qtAc 'SHOW server_version_num' "$SERVER_URL") < 150000)) || COPY_STRATEGY="STRATEGY FILE_COPY"
+[[ -z "$TRACES" ]] || mkdir -p "$TRACES"
 DAEMON=""
 
 POSTMASTER=""
@@ -153,6 +183,9 @@ cleanup()
             true
     done
     rm -rf "$TMP"
+    if ((DURABLE_STARTED)); then
+        "$ROOT/scripts/pg.sh" durable-stop >&2 || true
+    fi
     bench_pg_stop
 }
 trap cleanup EXIT
@@ -170,7 +203,7 @@ stop_sampler()
         SAMPLER=""
     fi
 }
-ON0=() ON1=()
+ON0=() ON1=() DRV=()
 if ((PIN)); then
     why=""
     backend="$(psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" \
@@ -194,6 +227,14 @@ if ((PIN)); then
             taskset -a -pc 0 "$p" >/dev/null
         done
         ON0=(taskset -c 0) ON1=(taskset -c 1)
+        # the relay's client stands for the relay's application servers, on hosts of their own:
+        # on CPU 1 it runs at real-time priority, so it runs as soon as it is woken and what it
+        # measures is the database's latency, not its own wait for a CPU the backfill holds
+        if [[ "$DRIVER_CPU" == 1 ]] && command -v chrt >/dev/null; then
+            DRV=(taskset -c 1 chrt -f 10)
+        else
+            DRV=(taskset -c "$DRIVER_CPU")
+        fi
     fi
 fi
 
@@ -208,6 +249,13 @@ if [[ "$LOAD_KIND" == relay ]]; then
     # them also updated by each non-HOT update of the backfill)
     psql_q "$TMPL_URL" -c "CREATE INDEX events_pubkey_created ON demo.events (pubkey, created_at DESC);
                            CREATE INDEX events_kind_created ON demo.events (kind, created_at DESC)" >/dev/null
+fi
+if [[ "$DRIVER" == relayload ]]; then
+    # the table the relay's client reports its windows' p99 into (bench/relayload --health),
+    # there before a daemon reads it; its row is stale until the client writes
+    psql_q "$TMPL_URL" -c "CREATE SCHEMA buzz_canary" \
+        -c "CREATE TABLE buzz_canary.health (p99_ms double precision NOT NULL, at timestamptz NOT NULL)" \
+        -c "INSERT INTO buzz_canary.health VALUES (0, now() - interval '1 day')" >/dev/null
 fi
 env BUZZ_BACKFILL_DATABASE_URL="$TMPL_URL" "$BUILD/server/buzz-backfilld" migrate >/dev/null 2>&1
 psql_q "$TMPL_URL" -c "VACUUM ANALYZE" >/dev/null
@@ -236,7 +284,7 @@ cpu_of()
 # columns the new write path fills; an author's and a kind's 20 most recent events; an update of
 # one existing event, as a replaceable event is rewritten).
 LOAD_ARGS=()
-if [[ "$LOAD_KIND" == relay ]]; then
+if [[ "$LOAD_KIND" == relay && "$DRIVER" == pgbench ]]; then
     cat >"$TMP/insert.sql" <<'SQL'
 \set a random(0, 4999)
 \set k random(0, 9)
@@ -282,7 +330,7 @@ pin_loop()
             first=0
             psql -X -qtAc "SELECT string_agg(CASE WHEN application_name LIKE 'buzz-backfill%'
                                  OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
-                                 THEN 'backfill' WHEN application_name = 'pgbench' THEN 'oltp'
+                                 THEN 'backfill' WHEN application_name IN ('pgbench', 'buzz-coexist-relay') THEN 'oltp'
                                  WHEN backend_type = 'client backend' THEN 'other'
                                  ELSE replace(backend_type, ' ', '_') END || ' ' || pid, E'\\n')
                            FROM pg_stat_activity WHERE pid <> pg_backend_pid()" "$url" |
@@ -306,7 +354,7 @@ sampler()
 {
     local url="$1" file="$2"
     while kill -0 $$ 2>/dev/null; do
-        echo "SELECT CASE WHEN application_name = 'pgbench' THEN 'relay'
+        echo "SELECT CASE WHEN application_name IN ('pgbench', 'buzz-coexist-relay') THEN 'relay'
                       WHEN application_name LIKE 'buzz-backfill%'
                         OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
                       THEN 'backfill' ELSE 'other' END,
@@ -373,7 +421,9 @@ phase()
     local name="$1" kind="$2" extra="${3:-}" db="buzz_coexist_phase_$$" url conf before after
     local t0 t1 out pids="" burner="" idle0 idle1 own0=0 own1=0
     psql_q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
-    psql_q "$SERVER_URL" -c "CREATE DATABASE $db TEMPLATE $TEMPLATE" >/dev/null
+    # FILE_COPY (PostgreSQL 15): the files copied and synced, not the whole database through
+    # the WAL (the default WAL_LOG), which left the server writing out seconds after it
+    psql_q "$SERVER_URL" -c "CREATE DATABASE $db TEMPLATE $TEMPLATE $COPY_STRATEGY" >/dev/null
     url="$(buzz_db_url "$SERVER_URL" "$db")"
     psql_q "$url" -c "CHECKPOINT" >/dev/null
     local canary=""
@@ -470,9 +520,18 @@ SQL
     SAMPLER=$!
     t0="$(date +%s.%N)"
     rm -f "$TMP"/pgbench_log.*
-    out="$(cd "$TMP" &&
-        "${ON0[@]}" "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" \
-            ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
+    if [[ "$DRIVER" == relayload ]]; then
+        out="$("${DRV[@]}" "$BUILD/bench/relayload" "$url" --rate "${OFFERED:-0}" \
+            --seconds "$SECONDS_PER_PHASE" --clients "$CLIENTS" --rows "$ROWS" \
+            --window-ms "$WINDOW_MS" --health ${TRACES:+--trace "$TRACES/$name.$PHASE_ROUND"} 2>&1)" || {
+            echo "coexist: $name: relayload failed: $out" >&2
+            exit 1
+        }
+    else
+        out="$(cd "$TMP" &&
+            "${DRV[@]}" "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" \
+                ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
+    fi
     t1="$(date +%s.%N)"
     stop_sampler
     if [[ -n "$pinner" ]]; then
@@ -503,20 +562,27 @@ SQL
                             WHERE id = '$ID'" "$url")"
     [[ "$state" == running || "$state" == - ]] ||
         echo "coexist: $name: the backfill left running during the phase ($state): use more --rows" >&2
-    local tps
-    tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)"
-    [[ -n "$tps" ]] || {
-        echo "coexist: $name: pgbench failed: $out" >&2
-        exit 1
-    }
-    # pgbench's log: the third field is each transaction's latency in microseconds; under
-    # --rate the seventh is how late it started against its schedule, which the client waited
-    # too
-    cat "$TMP"/pgbench_log.* | awk '{ print $3 + (NF >= 7 ? $7 : 0) }' | sort -n >"$TMP/lat"
-    local n p50 p99
-    n="$(wc -l <"$TMP/lat")"
-    p50="$(sed -n "$(((n + 1) / 2))p" "$TMP/lat")"
-    p99="$(sed -n "$(((n * 99 + 99) / 100))p" "$TMP/lat")"
+    local tps n p50 p99 w90=""
+    if [[ "$DRIVER" == relayload ]]; then
+        # "tps p50_ms p99_ms windows_p90_ms transactions", latency from each arrival
+        read -r tps p50 p99 w90 _ <<<"$out"
+        p50="$(awk -v v="$p50" 'BEGIN { printf "%d", v * 1000 }')"
+        p99="$(awk -v v="$p99" 'BEGIN { printf "%d", v * 1000 }')"
+    else
+        tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)"
+        [[ -n "$tps" ]] || {
+            echo "coexist: $name: pgbench failed: $out" >&2
+            exit 1
+        }
+        # pgbench's log: the third field is each transaction's latency in microseconds; under
+        # --rate the seventh is how late it started against its schedule, which the client
+        # waited too
+        cat "$TMP"/pgbench_log.* | awk '{ print $3 + (NF >= 7 ? $7 : 0) }' | sort -n >"$TMP/lat"
+        n="$(wc -l <"$TMP/lat")"
+        p50="$(sed -n "$(((n + 1) / 2))p" "$TMP/lat")"
+        p99="$(sed -n "$(((n * 99 + 99) / 100))p" "$TMP/lat")"
+    fi
+    echo "$w90" >"$TMP/windows_p90"
     awk -v tps="$tps" -v p50="$p50" -v p99="$p99" -v rows="$((after - before))" \
         -v t0="$t0" -v t1="$t1" -v idle="$((idle1 - idle0))" -v all="$((all1 - all0))" \
         -v own="$((own1 - own0))" -v ticks="$TICKS" -v kind="$kind" \
@@ -536,20 +602,26 @@ SQL
 }
 
 if [[ "$LOAD" != 0 ]]; then
-    read -r cap _ < <(phase capacity none)
+    read -r cap _ < <(PHASE_ROUND=0 phase capacity none)
     rate="$(awk -v c="$cap" -v l="$LOAD" 'BEGIN { printf "%d", c * l }')"
-    RATE_ARGS=(--rate "$rate")
+    RATE_ARGS=(--rate "$rate") OFFERED="$rate"
     printf 'coexist: capacity %s tps flat out; OLTP offered at %s tps (load %s)\n' "$cap" "$rate" "$LOAD"
 else
     printf 'coexist: OLTP flat out (closed loop, --load 0)\n'
 fi
 if ((PIN)); then
-    where="pinned: PostgreSQL, its OLTP backends, pgbench and the canary on CPU 0; the backfill's backends and the daemon on CPU 1"
+    where="pinned: PostgreSQL, its background processes and its OLTP backends on CPU 0"
+    where+="; the backfill's backends and the daemon on CPU 1; $DRIVER (the relay's client) on CPU $DRIVER_CPU"
+    [[ "${DRV[2]:-}" != chrt ]] || where+=" at real-time priority"
+    [[ "$DRIVER" == relayload ]] || where+=" with the canary"
 else
-    where="$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, pgbench and the daemon"
+    where="$(nproc 2>/dev/null || echo '?') cores shared by PostgreSQL, $DRIVER and the daemon"
 fi
-printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS pgbench clients," \
+printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS $DRIVER clients," \
     "$LOAD_KIND load; $where"
+printf 'coexist: server fsync %s, synchronous_commit %s, full_page_writes %s\n' \
+    "$(psql -X -qtAc 'SHOW fsync' "$SERVER_URL")" "$(psql -X -qtAc 'SHOW synchronous_commit' "$SERVER_URL")" \
+    "$(psql -X -qtAc 'SHOW full_page_writes' "$SERVER_URL")"
 row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
 # after_phase LABEL: keep the phase's wait-event summary and placement for the report
 waits=() places=()
@@ -560,11 +632,14 @@ after_phase()
 }
 # ROUNDS rounds of every phase, interleaved (this machine's latency drifts between minutes:
 # each round compares phases minutes apart); the first unthrottled phase sets the ceiling
-lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "canary p99 ms")")
+canary_col="canary p99 ms"
+[[ "$DRIVER" != relayload ]] || canary_col="relay's windows"
+lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "$canary_col")")
 p99s_unthrottled=() rates_unthrottled=()
 p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
 ceiling=""
 for ((r = 1; r <= ROUNDS; r++)); do
+    PHASE_ROUND=$r
     read -r tps p50 p99 rate idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
     after_phase "unthrottled #$r"
     lines+=("$(row "unthrottled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
@@ -573,7 +648,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
     [[ -n "$ceiling" ]] || ceiling="$(awk -v r="$rate" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
     read -r tps p50 p99 _ idle _ < <(phase none none)
     after_phase "none #$r"
-    lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" -)")
+    w_none=""
+    read -r w_none <"$TMP/windows_p90" || true
+    lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" - "${w_none:+(windows p90 $w_none)}")")
     p99s_none+=("$p99")
     read -r tps p50 p99 rate idle cpu < <(phase throttled backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
@@ -593,7 +670,27 @@ $THROTTLE_CONF")
         lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
         p99s_control+=("$p99")
     fi
-    if ((LATENCY)); then
+    if ((LATENCY)) && [[ "$DRIVER" == relayload ]]; then
+        # a backfill with no ceiling whose rate controller holds the relay's own windows (the
+        # p99 of every --window-ms, written by relayload) at --latency-factor times what they
+        # were in this round's baseline (their 90th percentile: the baseline's own windows pass
+        # its whole phase's p99 often, and a target from that would cut the rate on windows no
+        # backfill caused); the signal and the target in microseconds (the engine's target is
+        # an integer)
+        target_us="$(awk -v b="$w_none" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", b * f * 1000 + 0.5 }')"
+        read -r tps p50 p99 rate idle cpu < <(phase controller backfill "batch_target_ms = $TARGET_MS
+step_ms = $STEP_MS
+throttle_latency_target_ms = $target_us
+throttle_latency_sql = \"SELECT p99_ms * 1000, at FROM buzz_canary.health WHERE at > now() - interval '2 s'\"
+throttle_check_ms = 50
+$THROTTLE_CONF")
+        after_phase "controller #$r"
+        read -r w1 <"$TMP/windows_p90"
+        lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
+            "(windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
+        p99s_latency+=("$p99")
+        rates_latency+=("$rate")
+    elif ((LATENCY)); then
         # the canary alone (its windows' 90th percentile is the signal's baseline), then a
         # backfill with no ceiling whose rate controller holds the canary's windows at
         # --latency-factor times it; the signal and the target are in microseconds (the
