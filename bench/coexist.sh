@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench/coexist.sh - does a backfill hurt the relay's own load, and does throttling help?
-# A relay-shaped pgbench load (--load-kind relay, the default: inserts of new events, reads of
-# an author's and of a kind's recent events, updates of a few existing rows, all on
-# demo.events, which carries a relay's two extra indexes) or pgbench's TPC-B-like load
-# (--load-kind tpcb, on its own tables) runs against the same PostgreSQL server as a real
-# buzz-backfilld backfilling demo.events (examples/demo_definitions.c,
-# demo.events.content_len_v1), each phase on a fresh copy of one template database:
+# A relay-shaped load (--load-kind relay, the default: inserts of new events, reads of an
+# author's and of a kind's recent events, updates of a few existing rows, all on demo.events,
+# which carries a relay's two extra indexes) or pgbench's TPC-B-like load (--load-kind tpcb, on
+# its own tables) runs against the same PostgreSQL server as a real buzz-backfilld backfilling
+# demo.events (examples/demo_definitions.c, demo.events.content_len_v1), each phase on a fresh
+# copy of one template database. The relay load is driven by bench/relayload (--driver
+# relayload, the default), which reports the relay's own latency the way a relay would: each
+# --window-ms window's p99 written into buzz_canary.health; --driver pgbench runs it as
+# pgbench scripts instead (and tpcb always is). "The load" below is whichever drives it.
 #
-#   capacity     pgbench flat out, to size the offered load (skipped with --load 0)
-#   none         pgbench alone at the offered load (the baseline)
+#   capacity     the load flat out, to size the offered load (skipped with --load 0)
+#   none         the load alone at the offered rate (the baseline)
 #   unthrottled  pgbench and the backfill with fixed batches (batch_target_ms = 0)
 #   throttled    pgbench and the backfill with short worker steps (--step-ms), optionally
 #                adaptive batches (--target-ms), and a keys-per-second ceiling at --share of the
@@ -19,22 +22,28 @@
 #   control      pgbench and a plain CPU burner in one PostgreSQL session, no backfill, using
 #                about the CPU the throttled backfill used (its backend and the daemon): what
 #                any consumer of that much CPU costs this machine's OLTP latency
-#   none+canary  pgbench alone with bench/canary beside it: a timed small read (an author's
-#                recent events; a pgbench_accounts row with tpcb) every 5 ms, each --window-ms
-#                (200) window's p99 written to buzz_canary.health (the relay reporting its own
-#                latency); the 90th percentile of those window values is the signal's baseline
-#   controller   pgbench, the canary and the backfill with no ceiling but the rate controller
-#                (throttle_latency_target_ms): target --latency-factor (1.25) times the signal's
-#                baseline, the signal read every 50 ms (docs/throttling.md "holding a latency
+#   controller   the load and the backfill with no ceiling but the rate controller
+#                (throttle_latency_target_ms), its signal the relay's own windows, read every
+#                50 ms: target --latency-factor (1.25) times the 90th percentile of the
+#                windows in this round's none phase (docs/throttling.md "holding a latency
 #                target"); the rate it leaves is reported
+#   none+canary  with --driver pgbench only: pgbench alone with bench/canary beside it (a
+#                timed small read every 5 ms, each window's p99 written to buzz_canary.health,
+#                standing in for the relay's report pgbench cannot make); the 90th percentile of
+#                those windows is then the controller's baseline
 #
 # --pin (as root, with the server on this machine) emulates a database host whose relay load
 # leaves a core free: PostgreSQL's postmaster, its background processes and every backend it
-# forks (the OLTP sessions', the canary's) on CPU 0 with pgbench and the canary, and the
-# backfill's backends (pg_stat_activity.application_name buzz-backfill..., and the by-hand loop's
-# and the burner's sessions) and the daemon on CPU 1, re-pinned every half second; the placement
-# is printed for each phase and the server's processes get every CPU back at the end. Without
-# root (or taskset, or two CPUs) it says so and runs unpinned. During every phase
+# forks (the OLTP sessions', the canary's) on CPU 0, and the backfill's backends
+# (pg_stat_activity.application_name buzz-backfill..., and the by-hand loop's and the burner's
+# sessions) and the daemon on CPU 1, re-pinned every half second. The load's client stands for
+# the relay's application servers, which have hosts of their own: relayload goes to CPU 1 at
+# real-time priority (chrt -f), so it runs the moment it is woken and measures the database,
+# not its own wait for a CPU; pgbench (and the canary) stay on CPU 0 as before; --driver-cpu
+# 0|1 chooses. The placement is printed for each phase and the server's processes get every
+# CPU back at the end. Without root (or taskset, or two CPUs) it says so and runs unpinned.
+# --durable runs on scripts/pg.sh's durable side cluster (fsync, full_page_writes and
+# synchronous_commit on) instead of the private cluster (fsync off). During every phase
 # pg_stat_activity is sampled every 100 ms and the active sessions' wait events are summed by
 # group (relay, backfill, other): which shared resource sets the tail.
 #
@@ -53,9 +62,13 @@
 # Usage: bench/coexist.sh [--rows N] [--seconds S] [--clients C] [--load F] [--share F]
 #                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
 #                         [--no-latency] [--latency-factor F] [--window-ms MS] [--pin]
-#                         [--load-kind relay|tpcb] [--throttle-conf 'KEY = VALUE']...
+#                         [--load-kind relay|tpcb] [--driver relayload|pgbench]
+#                         [--driver-cpu 0|1] [--durable] [--traces DIR]
+#                         [--throttle-conf 'KEY = VALUE']...
 #        --throttle-conf: more daemon configuration for the throttled and controller phases,
 #        e.g. 'batch_max = 500' or a throttle_* signal
+#        --traces DIR: relayload's windows of every phase (end ms, p99 ms, transactions) in
+#        DIR/PHASE.ROUND
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
 #        step 20 ms, window 200 ms, relay load, unpinned, 1 round (--rounds N: N rounds of
 #        every phase interleaved, the first round's unthrottled phase first, for the ceiling;
@@ -111,7 +124,7 @@ while (($#)); do
     --driver-cpu) DRIVER_CPU="$2"; shift 2 ;;
     --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
     -h | --help)
-        sed -n '2,64p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
         exit 0
         ;;
     *)
@@ -426,6 +439,10 @@ phase()
     psql_q "$SERVER_URL" -c "CREATE DATABASE $db TEMPLATE $TEMPLATE $COPY_STRATEGY" >/dev/null
     url="$(buzz_db_url "$SERVER_URL" "$db")"
     psql_q "$url" -c "CHECKPOINT" >/dev/null
+    # and the machine's dirty pages written out: with fsync off the copies of earlier phases
+    # stay dirty in the page cache (1.8 GB seen) until the kernel writes them back, and then
+    # throttles every writer, the relay's WAL writes included, for hundreds of ms
+    sync
     local canary=""
     if ((WITH_CANARY)); then
         local probe=accounts
@@ -523,7 +540,7 @@ SQL
     if [[ "$DRIVER" == relayload ]]; then
         out="$("${DRV[@]}" "$BUILD/bench/relayload" "$url" --rate "${OFFERED:-0}" \
             --seconds "$SECONDS_PER_PHASE" --clients "$CLIENTS" --rows "$ROWS" \
-            --window-ms "$WINDOW_MS" --health ${TRACES:+--trace "$TRACES/$name.$PHASE_ROUND"} 2>&1)" || {
+            --window-ms "$WINDOW_MS" --warmup-ms 2000 --health ${TRACES:+--trace "$TRACES/$name.$PHASE_ROUND"} 2>&1)" || {
             echo "coexist: $name: relayload failed: $out" >&2
             exit 1
         }
