@@ -15,7 +15,7 @@
 #   unthrottled  pgbench and the backfill with fixed batches (batch_target_ms = 0)
 #   throttled    pgbench and the backfill with short worker steps (--step-ms), optionally
 #                adaptive batches (--target-ms), and a keys-per-second ceiling at --share of the
-#                unthrottled phase's rate
+#                same round's unthrottled rate
 #   by hand      pgbench and the same repair by a hand-written PL/pgSQL loop (keyset batches
 #                of the definition's size, each committed), paced to the throttled phase's
 #                keys per second: what the work itself costs, without the engine
@@ -64,15 +64,18 @@
 #                         [--no-latency] [--latency-factor F] [--window-ms MS] [--pin]
 #                         [--load-kind relay|tpcb] [--driver relayload|pgbench]
 #                         [--driver-cpu 0|1] [--durable] [--traces DIR]
+#                         [--server-set 'NAME = VALUE']...
 #                         [--throttle-conf 'KEY = VALUE']...
 #        --throttle-conf: more daemon configuration for the throttled and controller phases,
 #        e.g. 'batch_max = 500' or a throttle_* signal
 #        --traces DIR: relayload's windows of every phase (end ms, p99 ms, transactions) in
 #        DIR/PHASE.ROUND
+#        --server-set 'NAME = VALUE': ALTER SYSTEM on the server for the run (reset at the
+#        end; only settings a reload applies, e.g. 'wal_compression = lz4')
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
 #        step 20 ms, window 200 ms, relay load, unpinned, 1 round (--rounds N: N rounds of
-#        every phase interleaved, the first round's unthrottled phase first, for the ceiling;
-#        the ratios use the medians)
+#        every phase interleaved, each round's unthrottled phase first, for its ceiling; the
+#        ratios use the medians)
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster).
 set -euo pipefail
@@ -97,6 +100,7 @@ LOAD_KIND=relay
 DRIVER=""
 DURABLE=0
 TRACES=""
+SERVER_SETS=()
 DRIVER_CPU=""
 THROTTLE_CONF=""
 RATE_ARGS=()
@@ -119,6 +123,7 @@ while (($#)); do
     --pin) PIN=1; shift ;;
     --durable) DURABLE=1; shift ;;
     --traces) TRACES="$2"; shift 2 ;;
+    --server-set) SERVER_SETS+=("$2"); shift 2 ;;
     --load-kind) LOAD_KIND="$2"; shift 2 ;;
     --driver) DRIVER="$2"; shift 2 ;;
     --driver-cpu) DRIVER_CPU="$2"; shift 2 ;;
@@ -195,6 +200,13 @@ cleanup()
         psql -X -q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 ||
             true
     done
+    local set
+    if [[ -n "${SERVER_URL:-}" ]] && ((${#SERVER_SETS[@]})); then # the server's settings back
+        for set in "${SERVER_SETS[@]}"; do
+            psql -X -q "$SERVER_URL" -c "ALTER SYSTEM RESET ${set%%=*}" >/dev/null 2>&1 || true
+        done
+        psql -X -qtAc "SELECT pg_reload_conf()" "$SERVER_URL" >/dev/null 2>&1 || true
+    fi
     rm -rf "$TMP"
     if ((DURABLE_STARTED)); then
         "$ROOT/scripts/pg.sh" durable-stop >&2 || true
@@ -204,6 +216,16 @@ cleanup()
 trap cleanup EXIT
 
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+
+# --server-set: for the run only (cleanup resets them)
+for set in ${SERVER_SETS[@]+"${SERVER_SETS[@]}"}; do
+    [[ "$set" =~ ^[[:space:]]*([a-z_]+)[[:space:]]*=[[:space:]]*([A-Za-z0-9_.]+)[[:space:]]*$ ]] || {
+        echo "coexist.sh: --server-set '$set': not NAME = VALUE" >&2
+        exit 2
+    }
+    psql_q "$SERVER_URL" -c "ALTER SYSTEM SET ${BASH_REMATCH[1]} = '${BASH_REMATCH[2]}'" >/dev/null
+done
+((${#SERVER_SETS[@]} == 0)) || psql_q -qtA "$SERVER_URL" -c "SELECT pg_reload_conf()" >/dev/null
 
 # --pin: root, taskset, two CPUs and the server's processes on this machine (a backend's PID in
 # /proc whose parent is the postmaster); otherwise say why and run unpinned
@@ -636,9 +658,10 @@ else
 fi
 printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS $DRIVER clients," \
     "$LOAD_KIND load; $where"
-printf 'coexist: server fsync %s, synchronous_commit %s, full_page_writes %s\n' \
+printf 'coexist: server fsync %s, synchronous_commit %s, full_page_writes %s, wal_compression %s%s\n' \
     "$(psql -X -qtAc 'SHOW fsync' "$SERVER_URL")" "$(psql -X -qtAc 'SHOW synchronous_commit' "$SERVER_URL")" \
-    "$(psql -X -qtAc 'SHOW full_page_writes' "$SERVER_URL")"
+    "$(psql -X -qtAc 'SHOW full_page_writes' "$SERVER_URL")" "$(psql -X -qtAc 'SHOW wal_compression' "$SERVER_URL")" \
+    "${SERVER_SETS[*]:+ (set for the run: ${SERVER_SETS[*]})}"
 row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
 # after_phase LABEL: keep the phase's wait-event summary and placement for the report
 waits=() places=()
@@ -648,13 +671,15 @@ after_phase()
     [[ ! -s "$TMP/placement" ]] || places+=("$(printf '%-16s %s' "$1" "$(cat "$TMP/placement")")")
 }
 # ROUNDS rounds of every phase, interleaved (this machine's latency drifts between minutes:
-# each round compares phases minutes apart); the first unthrottled phase sets the ceiling
+# each round compares phases minutes apart); each round's unthrottled phase sets that round's
+# ceiling (the first round's alone set them all before, and a slow first phase, cold after the
+# template's build, left the others at a third of the median unthrottled rate)
 canary_col="canary p99 ms"
 [[ "$DRIVER" != relayload ]] || canary_col="relay's windows"
 lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "$canary_col")")
 p99s_unthrottled=() rates_unthrottled=()
 p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
-ceiling=""
+ceiling="" ceilings=()
 for ((r = 1; r <= ROUNDS; r++)); do
     PHASE_ROUND=$r
     read -r tps p50 p99 rate idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
@@ -662,7 +687,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     lines+=("$(row "unthrottled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
     p99s_unthrottled+=("$p99")
     rates_unthrottled+=("$rate")
-    [[ -n "$ceiling" ]] || ceiling="$(awk -v r="$rate" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
+    ceiling="$(awk -v r="$rate" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
+    ceilings+=("$ceiling")
     read -r tps p50 p99 _ idle _ < <(phase none none)
     after_phase "none #$r"
     w_none=""
@@ -756,14 +782,14 @@ l="$(median ${p99s_latency[@]+"${p99s_latency[@]}"})"
 r3="$(median ${rates_latency[@]+"${rates_latency[@]}"})"
 [[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
 awk -v b="$b" -v u="$u" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
-    -v c="$ceiling" -v l="$l" -v r3="$r3" -v f="$LATENCY_FACTOR" \
+    -v c="${ceilings[*]}" -v l="$l" -v r3="$r3" -v f="$LATENCY_FACTOR" \
     'BEGIN {
         printf "unthrottled p99 / baseline p99: %.2f", u / b
         if (u / b < 1.5)
             printf " (NOT clearly above 1: this run cannot show what throttling buys; make the backfill heavier: more --rows, --load-kind relay, a higher --load)"
         printf "\n"
         printf "throttled p99 / baseline p99:   %.2f (goal <= 1.25)\n", t / b
-        printf "throttled rate / unthrottled:   %.2f (goal >= 0.50; ceiling %d keys/s)\n", r2 / r1, c
+        printf "throttled rate / unthrottled:   %.2f (goal >= 0.50; ceilings %s keys/s)\n", r2 / r1, c
         printf "by hand p99 / baseline p99:     %.2f (the same keys/s by a PL/pgSQL loop)\n", h / b
         if (k != "")
             printf "control p99 / baseline p99:     %.2f (the same CPU, no writes)\n", k / b
