@@ -153,7 +153,7 @@ done
     exit 2
 }
 PGBENCH="$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)"
-[[ -x "$PGBENCH" ]] || {
+[[ "$DRIVER" == relayload || -x "$PGBENCH" ]] || {
     echo "coexist.sh: pgbench not found (package postgresql-15 or postgresql-client-15)" >&2
     exit 1
 }
@@ -273,12 +273,14 @@ if ((PIN)); then
     fi
 fi
 
-echo "coexist: template: $ROWS demo events, pgbench scale 10" >&2
+tables=""
+[[ "$LOAD_KIND" != tpcb ]] || tables=", pgbench scale 10"
+echo "coexist: template: $ROWS demo events$tables" >&2
 psql_q "$SERVER_URL" -c "CREATE DATABASE $TEMPLATE" >/dev/null
 TMPL_URL="$(buzz_db_url "$SERVER_URL" "$TEMPLATE")"
 psql_q "$TMPL_URL" -f "$ROOT/examples/demo/schema.sql" >/dev/null
 psql_q -v rows="$ROWS" "$TMPL_URL" -f "$ROOT/examples/demo/seed.sql" >/dev/null
-"$PGBENCH" -q -i -s 10 "$TMPL_URL" >/dev/null 2>&1
+[[ "$LOAD_KIND" != tpcb ]] || "$PGBENCH" -q -i -s 10 "$TMPL_URL" >/dev/null 2>&1 # its own tables
 if [[ "$LOAD_KIND" == relay ]]; then
     # a relay's read paths: an author's recent events, a kind's recent events (every one of
     # them also updated by each non-HOT update of the backfill)
@@ -713,47 +715,39 @@ $THROTTLE_CONF")
         lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
         p99s_control+=("$p99")
     fi
-    if ((LATENCY)) && [[ "$DRIVER" == relayload ]]; then
-        # a backfill with no ceiling whose rate controller holds the relay's own windows (the
-        # p99 of every --window-ms, written by relayload) at --latency-factor times what they
-        # were in this round's baseline (their 90th percentile: the baseline's own windows pass
-        # its whole phase's p99 often, and a target from that would cut the rate on windows no
-        # backfill caused); the signal and the target in microseconds (the engine's target is
-        # an integer)
-        target_us="$(awk -v b="$w_none" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", b * f * 1000 + 0.5 }')"
-        read -r tps p50 p99 rate idle cpu < <(phase controller backfill "batch_target_ms = $TARGET_MS
+    if ((LATENCY)); then
+        # a backfill with no ceiling whose rate controller holds the relay's windows at
+        # --latency-factor times what they were with no backfill: their 90th percentile (the
+        # baseline's own windows pass its whole phase's p99 often, and a target from that would
+        # cut the rate on windows no backfill caused). relayload's windows are the relay's own,
+        # from this round's none phase; pgbench cannot write any, so with it the canary runs
+        # alone first, and its windows stand in. The signal and the target are in microseconds
+        # (the engine's target is an integer, the windows a few ms).
+        canary=0 base="$w_none"
+        if [[ "$DRIVER" != relayload ]]; then
+            read -r tps p50 p99 _ idle _ < <(WITH_CANARY=1 phase "none+canary" none)
+            after_phase "none+canary #$r"
+            read -r c0 w0 <"$TMP/canary_p99"
+            [[ -n "$c0" && -n "$w0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
+            lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0 (windows p90 $w0)")")
+            canary=1 base="$w0"
+        fi
+        target_us="$(awk -v b="$base" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", b * f * 1000 + 0.5 }')"
+        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=$canary phase controller backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 throttle_latency_target_ms = $target_us
 throttle_latency_sql = \"SELECT p99_ms * 1000, at FROM buzz_canary.health WHERE at > now() - interval '2 s'\"
 throttle_check_ms = 50
 $THROTTLE_CONF")
         after_phase "controller #$r"
-        read -r w1 <"$TMP/windows_p90"
+        c1=""
+        if ((canary)); then
+            read -r c1 w1 <"$TMP/canary_p99"
+        else
+            read -r w1 <"$TMP/windows_p90"
+        fi
         lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
-            "(windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
-        p99s_latency+=("$p99")
-        rates_latency+=("$rate")
-    elif ((LATENCY)); then
-        # the canary alone (its windows' 90th percentile is the signal's baseline), then a
-        # backfill with no ceiling whose rate controller holds the canary's windows at
-        # --latency-factor times it; the signal and the target are in microseconds (the
-        # engine's target is an integer, the canary's windows a few ms)
-        read -r tps p50 p99 _ idle _ < <(WITH_CANARY=1 phase "none+canary" none)
-        after_phase "none+canary #$r"
-        read -r c0 w0 <"$TMP/canary_p99"
-        [[ -n "$c0" && -n "$w0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
-        lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0 (windows p90 $w0)")")
-        target_us="$(awk -v c="$w0" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", c * f * 1000 + 0.5 }')"
-        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=1 phase controller backfill "batch_target_ms = $TARGET_MS
-step_ms = $STEP_MS
-throttle_latency_target_ms = $target_us
-throttle_latency_sql = \"SELECT p99_ms * 1000, at FROM buzz_canary.health WHERE at > now() - interval '2 s'\"
-throttle_check_ms = 50
-$THROTTLE_CONF")
-        after_phase "controller #$r"
-        read -r c1 w1 <"$TMP/canary_p99"
-        lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
-            "$c1 (windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
+            "${c1:+$c1 }(windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
         p99s_latency+=("$p99")
         rates_latency+=("$rate")
     fi
