@@ -64,7 +64,7 @@
 #                         [--no-latency] [--latency-factor F] [--window-ms MS] [--pin]
 #                         [--load-kind relay|tpcb] [--driver relayload|pgbench]
 #                         [--driver-cpu 0|1] [--durable] [--traces DIR]
-#                         [--server-set 'NAME = VALUE']...
+#                         [--server-set 'NAME = VALUE']... [--backfill-pgoptions OPTS]
 #                         [--throttle-conf 'KEY = VALUE']...
 #        --throttle-conf: more daemon configuration for the throttled and controller phases,
 #        e.g. 'batch_max = 500' or a throttle_* signal
@@ -72,6 +72,9 @@
 #        DIR/PHASE.ROUND
 #        --server-set 'NAME = VALUE': ALTER SYSTEM on the server for the run (reset at the
 #        end; only settings a reload applies, e.g. 'wal_compression = lz4')
+#        --backfill-pgoptions OPTS: PGOPTIONS for every session of the daemon and of the by-hand
+#        loop, e.g. '-c synchronous_commit=off' (an experiment: every write of the daemon's,
+#        its lifecycle and audit too, then stops waiting for the WAL flush)
 #        defaults: 3000000 rows, 30 s a phase, 4 clients, load 0.3, share 0.55, target 0,
 #        step 20 ms, window 200 ms, relay load, unpinned, 1 round (--rounds N: N rounds of
 #        every phase interleaved, each round's unthrottled phase first, for its ceiling; the
@@ -101,6 +104,7 @@ DRIVER=""
 DURABLE=0
 TRACES=""
 SERVER_SETS=()
+BACKFILL_PGOPTIONS=""
 DRIVER_CPU=""
 THROTTLE_CONF=""
 RATE_ARGS=()
@@ -124,6 +128,7 @@ while (($#)); do
     --durable) DURABLE=1; shift ;;
     --traces) TRACES="$2"; shift 2 ;;
     --server-set) SERVER_SETS+=("$2"); shift 2 ;;
+    --backfill-pgoptions) BACKFILL_PGOPTIONS="$2"; shift 2 ;;
     --load-kind) LOAD_KIND="$2"; shift 2 ;;
     --driver) DRIVER="$2"; shift 2 ;;
     --driver-cpu) DRIVER_CPU="$2"; shift 2 ;;
@@ -439,7 +444,7 @@ side_session()
     local sql
     sql="$(cat)"
     printf "SET statement_timeout = '%ss';\n%s\n" "$((SECONDS_PER_PHASE + 30))" "$sql" |
-        PGAPPNAME="buzz-coexist-$1" psql -X -q "$url" >/dev/null 2>&1 &
+        PGAPPNAME="buzz-coexist-$1" PGOPTIONS="$BACKFILL_PGOPTIONS" psql -X -q "$url" >/dev/null 2>&1 &
     SIDE_PID=$!
     SIDE_BACKEND=""
     for _ in $(seq 100); do
@@ -494,7 +499,8 @@ modules = '$BUILD/examples/buzz-demo-definitions.so'
 log_level = warn
 $extra
 CONF
-        "${ON1[@]}" "$BUILD/server/buzz-backfilld" --config "$conf" run 2>"$TMP/$name.log" &
+        PGOPTIONS="$BACKFILL_PGOPTIONS" "${ON1[@]}" "$BUILD/server/buzz-backfilld" --config "$conf" run \
+            2>"$TMP/$name.log" &
         DAEMON=$!
         "$BUILD/client/buzzctl" --url "ipc://$TMP/admin.sock" ready --wait-ready --timeout 30s \
             >/dev/null
