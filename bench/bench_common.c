@@ -60,6 +60,28 @@ double bench_median_doubles(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
+double bench_percentile(double *v, size_t n, int pct)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, bench_cmp_double);
+    return v[(n * (size_t)pct + 99) / 100 - 1];
+}
+
+double bench_now_ms(void)
+{
+    return bench_now() * 1e3;
+}
+
+void bench_health_open(PGconn *c)
+{
+    bench_exec(c, "CREATE SCHEMA IF NOT EXISTS buzz_canary;"
+                  "CREATE TABLE IF NOT EXISTS buzz_canary.health"
+                  " (p99_ms double precision NOT NULL, at timestamptz NOT NULL);"
+                  "TRUNCATE buzz_canary.health;"
+                  "INSERT INTO buzz_canary.health VALUES (0, now())");
+}
+
 void bench_exec(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);

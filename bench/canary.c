@@ -31,29 +31,6 @@ static void on_signal(int sig)
     stopping = 1;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* The pct-th percentile of v[0..n) (sorts a copy into tmp). */
-static double quantile(const double *v, size_t n, double *tmp, int pct)
-{
-    if (n == 0)
-        return 0;
-    memcpy(tmp, v, n * sizeof *v);
-    qsort(tmp, n, sizeof *tmp, bench_cmp_double);
-    return tmp[(n * (size_t)pct + 99) / 100 - 1];
-}
-
-/* The p99 of v[0..n) (sorts a copy into tmp). */
-static double p99(const double *v, size_t n, double *tmp)
-{
-    return quantile(v, n, tmp, 99);
-}
-
 static int run(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);
@@ -106,27 +83,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "canary: %s", PQerrorMessage(c));
         return 1;
     }
-    if (!run(c, "SET application_name = 'buzz-coexist-canary';"
-                "CREATE SCHEMA IF NOT EXISTS buzz_canary;"
-                "CREATE TABLE IF NOT EXISTS buzz_canary.health"
-                " (p99_ms double precision NOT NULL, at timestamptz NOT NULL);"
-                "TRUNCATE buzz_canary.health;"
-                "INSERT INTO buzz_canary.health VALUES (0, now())")) {
+    if (!run(c, "SET application_name = 'buzz-coexist-canary'")) {
         PQfinish(c);
         return 1;
     }
+    bench_health_open(c);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     double *all = malloc(CANARY_MAX_PROBES * sizeof *all);
-    double *tmp = malloc(CANARY_MAX_PROBES * sizeof *tmp);
     double *wins = malloc(CANARY_MAX_WINDOWS * sizeof *wins);
     size_t n_wins = 0;
-    if (all == NULL || tmp == NULL || wins == NULL) {
+    if (all == NULL || wins == NULL) {
         fprintf(stderr, "canary: out of memory\n");
         return 1;
     }
     size_t n = 0, window_start = 0;
-    double next = now_ms(), window_end = next + (double)window;
+    double next = bench_now_ms(), window_end = next + (double)window;
     unsigned seed = 1;
     while (!stopping && n < CANARY_MAX_PROBES) {
         char sql[256];
@@ -138,34 +110,33 @@ int main(int argc, char **argv)
         else
             snprintf(sql, sizeof sql, "SELECT abalance FROM pgbench_accounts WHERE aid = %d",
                      1 + (int)(rand_r(&seed) % 1000000));
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (!run(c, sql))
             break;
-        all[n++] = now_ms() - t0;
-        if (now_ms() >= window_end) {
+        all[n++] = bench_now_ms() - t0;
+        if (bench_now_ms() >= window_end) {
             char upd[128];
-            double v = p99(all + window_start, n - window_start, tmp);
-            snprintf(upd, sizeof upd,
-                     "UPDATE buzz_canary.health SET p99_ms = %.3f, at = clock_timestamp()", v);
+            /* sorts the window's own probes only: later windows begin after them */
+            double v = bench_percentile(all + window_start, n - window_start, 99);
+            snprintf(upd, sizeof upd, BENCH_HEALTH_UPDATE, v);
             if (!run(c, upd))
                 break;
             if (n_wins < CANARY_MAX_WINDOWS)
                 wins[n_wins++] = v;
             window_start = n;
-            window_end = now_ms() + (double)window;
+            window_end = bench_now_ms() + (double)window;
         }
         next += (double)every;
-        long long wait_ns = (long long)((next - now_ms()) * 1e6);
+        long long wait_ns = (long long)((next - bench_now_ms()) * 1e6);
         if (wait_ns > 0) {
             struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
             nanosleep(&ts, NULL);
         } else {
-            next = now_ms(); /* late: do not burst to catch up */
+            next = bench_now_ms(); /* late: do not burst to catch up */
         }
     }
-    printf("%.2f %.2f\n", p99(all, n, tmp), quantile(wins, n_wins, tmp, 90));
+    printf("%.2f %.2f\n", bench_percentile(all, n, 99), bench_percentile(wins, n_wins, 90));
     free(all);
-    free(tmp);
     free(wins);
     PQfinish(c);
     return 0;

@@ -107,7 +107,7 @@ SERVER_SETS=()
 BACKFILL_PGOPTIONS=""
 DRIVER_CPU=""
 THROTTLE_CONF=""
-RATE_ARGS=()
+OFFERED=0 # the relay's offered transactions a second (0: a closed loop flat out)
 ID=demo.events.content_len_v1
 
 while (($#)); do
@@ -355,6 +355,12 @@ SQL
         -f "$TMP/update.sql@1")
 fi
 
+# Which sessions are whose, as SQL conditions on pg_stat_activity: the backfill's side (the
+# daemon's sessions, the by-hand loop's and the burner's) and the relay's (pgbench, relayload)
+IS_BACKFILL="(application_name LIKE 'buzz-backfill%'
+              OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control'))"
+IS_RELAY="application_name IN ('pgbench', 'buzz-coexist-relay')"
+
 # pin_loop URL: every half second, the backfill's side on CPU 1 (the daemon's backends, the
 # by-hand loop's and the burner's sessions, the daemon's threads); the first pass writes the
 # placement to $TMP/placement
@@ -362,17 +368,15 @@ pin_loop()
 {
     local url="$1" first=1 p pids
     while kill -0 $$ 2>/dev/null; do
-        pids="$(psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'buzz-backfill%'
-                               OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')" \
-            "$url" 2>/dev/null)" || return 0
+        pids="$(psql -X -qtAc "SELECT pid FROM pg_stat_activity WHERE $IS_BACKFILL" "$url" \
+            2>/dev/null)" || return 0
         for p in $pids ${DAEMON:-}; do
             taskset -a -pc 1 "$p" >/dev/null 2>&1 || true
         done
         if ((first)); then
             first=0
-            psql -X -qtAc "SELECT string_agg(CASE WHEN application_name LIKE 'buzz-backfill%'
-                                 OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
-                                 THEN 'backfill' WHEN application_name IN ('pgbench', 'buzz-coexist-relay') THEN 'oltp'
+            psql -X -qtAc "SELECT string_agg(CASE WHEN $IS_BACKFILL THEN 'backfill'
+                                 WHEN $IS_RELAY THEN 'oltp'
                                  WHEN backend_type = 'client backend' THEN 'other'
                                  ELSE replace(backend_type, ' ', '_') END || ' ' || pid, E'\\n')
                            FROM pg_stat_activity WHERE pid <> pg_backend_pid()" "$url" |
@@ -396,10 +400,8 @@ sampler()
 {
     local url="$1" file="$2"
     while kill -0 $$ 2>/dev/null; do
-        echo "SELECT CASE WHEN application_name IN ('pgbench', 'buzz-coexist-relay') THEN 'relay'
-                      WHEN application_name LIKE 'buzz-backfill%'
-                        OR application_name IN ('buzz-coexist-handloop', 'buzz-coexist-control')
-                      THEN 'backfill' ELSE 'other' END,
+        echo "SELECT CASE WHEN $IS_RELAY THEN 'relay' WHEN $IS_BACKFILL THEN 'backfill'
+                      ELSE 'other' END,
                       coalesce(wait_event_type || ':' || wait_event, 'CPU')
                  FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()
                   AND datname = current_database();"
@@ -568,16 +570,18 @@ SQL
     t0="$(date +%s.%N)"
     rm -f "$TMP"/pgbench_log.*
     if [[ "$DRIVER" == relayload ]]; then
-        out="$("${DRV[@]}" "$BUILD/bench/relayload" "$url" --rate "${OFFERED:-0}" \
+        out="$("${DRV[@]}" "$BUILD/bench/relayload" "$url" --rate "$OFFERED" \
             --seconds "$SECONDS_PER_PHASE" --clients "$CLIENTS" --rows "$ROWS" \
             --window-ms "$WINDOW_MS" --warmup-ms 2000 --health ${TRACES:+--trace "$TRACES/$name.$PHASE_ROUND"} 2>&1)" || {
             echo "coexist: $name: relayload failed: $out" >&2
             exit 1
         }
     else
+        local rate_args=()
+        [[ "$OFFERED" == 0 ]] || rate_args=(--rate "$OFFERED")
         out="$(cd "$TMP" &&
             "${DRV[@]}" "$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_PER_PHASE" \
-                ${RATE_ARGS[@]+"${RATE_ARGS[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
+                ${rate_args[@]+"${rate_args[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
     fi
     t1="$(date +%s.%N)"
     stop_sampler
@@ -613,8 +617,6 @@ SQL
     if [[ "$DRIVER" == relayload ]]; then
         # "tps p50_ms p99_ms windows_p90_ms transactions", latency from each arrival
         read -r tps p50 p99 w90 _ <<<"$out"
-        p50="$(awk -v v="$p50" 'BEGIN { printf "%d", v * 1000 }')"
-        p99="$(awk -v v="$p99" 'BEGIN { printf "%d", v * 1000 }')"
     else
         tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)"
         [[ -n "$tps" ]] || {
@@ -623,8 +625,8 @@ SQL
         }
         # pgbench's log: the third field is each transaction's latency in microseconds; under
         # --rate the seventh is how late it started against its schedule, which the client
-        # waited too
-        cat "$TMP"/pgbench_log.* | awk '{ print $3 + (NF >= 7 ? $7 : 0) }' | sort -n >"$TMP/lat"
+        # waited too (in ms here, as relayload prints them)
+        cat "$TMP"/pgbench_log.* | awk '{ print ($3 + (NF >= 7 ? $7 : 0)) / 1000 }' | sort -n >"$TMP/lat"
         n="$(wc -l <"$TMP/lat")"
         p50="$(sed -n "$(((n + 1) / 2))p" "$TMP/lat")"
         p99="$(sed -n "$(((n * 99 + 99) / 100))p" "$TMP/lat")"
@@ -643,7 +645,7 @@ SQL
             idle_pct = 0
             if (all > 0)
                 idle_pct = 100 * idle / all
-            printf "%.1f %.2f %.2f %s %.0f %s\n", tps, p50 / 1000, p99 / 1000, keys, idle_pct,
+            printf "%.1f %.2f %.2f %s %.0f %s\n", tps, p50, p99, keys, idle_pct,
                 cores
         }'
 }
@@ -651,7 +653,7 @@ SQL
 if [[ "$LOAD" != 0 ]]; then
     read -r cap _ < <(PHASE_ROUND=0 phase capacity none)
     rate="$(awk -v c="$cap" -v l="$LOAD" 'BEGIN { printf "%d", c * l }')"
-    RATE_ARGS=(--rate "$rate") OFFERED="$rate"
+    OFFERED="$rate"
     printf 'coexist: capacity %s tps flat out; OLTP offered at %s tps (load %s)\n' "$cap" "$rate" "$LOAD"
 else
     printf 'coexist: OLTP flat out (closed loop, --load 0)\n'
@@ -666,10 +668,9 @@ else
 fi
 printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIENTS $DRIVER clients," \
     "$LOAD_KIND load; $where"
-printf 'coexist: server fsync %s, synchronous_commit %s, full_page_writes %s, wal_compression %s%s\n' \
-    "$(psql -X -qtAc 'SHOW fsync' "$SERVER_URL")" "$(psql -X -qtAc 'SHOW synchronous_commit' "$SERVER_URL")" \
-    "$(psql -X -qtAc 'SHOW full_page_writes' "$SERVER_URL")" "$(psql -X -qtAc 'SHOW wal_compression' "$SERVER_URL")" \
-    "${SERVER_SETS[*]:+ (set for the run: ${SERVER_SETS[*]})}"
+printf 'coexist: server %s%s\n' "$(psql -X -qtAc "SELECT string_agg(name || ' ' || setting, ', ' ORDER BY name)
+    FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_compression')" \
+    "$SERVER_URL")" "${SERVER_SETS[*]:+ (set for the run: ${SERVER_SETS[*]})}"
 row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
 # after_phase LABEL: keep the phase's wait-event summary and placement for the report
 waits=() places=()
@@ -687,7 +688,7 @@ canary_col="canary p99 ms"
 lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "$canary_col")")
 p99s_unthrottled=() rates_unthrottled=()
 p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
-ceiling="" ceilings=()
+ceilings=()
 for ((r = 1; r <= ROUNDS; r++)); do
     PHASE_ROUND=$r
     read -r tps p50 p99 rate idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")

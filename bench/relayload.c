@@ -44,8 +44,6 @@
 #define RL_MAX_CLIENTS 64
 #define RL_AUTHORS     5000
 
-enum rl_kind { RL_INSERT, RL_AUTHOR, RL_KIND, RL_UPDATE };
-
 typedef struct rl_conn {
     PGconn *c;
     int busy;
@@ -67,20 +65,6 @@ static void vec_push(rl_vec *a, double x)
             bench_die("out of memory");
     }
     a->v[a->n++] = x;
-}
-
-/* The pct-th percentile of v[0..n), sorting v in place (0 when empty). */
-static double pct_sorted(double *v, size_t n, int pct)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, n, sizeof *v, bench_cmp_double);
-    return v[(n * (size_t)pct + 99) / 100 - 1];
-}
-
-static double now_ms(void)
-{
-    return bench_now() * 1e3;
 }
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -246,12 +230,8 @@ int main(int argc, char **argv)
     int hc_busy = 0;
     if (health) {
         hc = bench_connect(argv[1]);
-        bench_exec(hc, "SET application_name = 'buzz-coexist-health';"
-                       "CREATE SCHEMA IF NOT EXISTS buzz_canary;"
-                       "CREATE TABLE IF NOT EXISTS buzz_canary.health"
-                       " (p99_ms double precision NOT NULL, at timestamptz NOT NULL);"
-                       "TRUNCATE buzz_canary.health;"
-                       "INSERT INTO buzz_canary.health VALUES (0, now())");
+        bench_exec(hc, "SET application_name = 'buzz-coexist-health'");
+        bench_health_open(hc);
         if (PQsetnonblocking(hc, 1) != 0)
             bench_die("nonblocking: %s", PQerrorMessage(hc));
     }
@@ -264,13 +244,13 @@ int main(int argc, char **argv)
     if (queue == NULL)
         bench_die("out of memory");
     unsigned long long seq = 0;
-    double start = now_ms(), stop = start + (double)seconds * 1e3;
+    double start = bench_now_ms(), stop = start + (double)seconds * 1e3;
     double counted_from = start + (double)warmup;
     if (counted_from >= stop)
         bench_die("--warmup-ms is not shorter than --seconds");
     double next = start, window_end = start + (double)window;
     for (;;) {
-        double now = now_ms();
+        double now = bench_now_ms();
         int scheduling = now < stop;
         if (rate > 0) {
             while (scheduling && next <= now) {
@@ -301,7 +281,7 @@ int main(int argc, char **argv)
             for (long i = 0; i < clients; i++)
                 if (conns[i].busy && conns[i].sched_ms < oldest)
                     oldest = conns[i].sched_ms;
-            double v = pct_sorted(cur.v, cur.n, 99);
+            double v = bench_percentile(cur.v, cur.n, 99);
             if (now - oldest > v)
                 v = now - oldest;
             if (trace != NULL)
@@ -312,9 +292,7 @@ int main(int argc, char **argv)
                     vec_push(&wins, v);
                 if (!hc_busy) { /* a report still on its way is not queued behind */
                     char sql[128];
-                    snprintf(sql, sizeof sql,
-                             "UPDATE buzz_canary.health SET p99_ms = %.3f, at = clock_timestamp()",
-                             v);
+                    snprintf(sql, sizeof sql, BENCH_HEALTH_UPDATE, v);
                     if (!PQsendQuery(hc, sql))
                         bench_die("health: %s", PQerrorMessage(hc));
                     hc_busy = 1;
@@ -343,7 +321,7 @@ int main(int argc, char **argv)
             wake = next;
         if (scheduling && stop < wake)
             wake = stop;
-        double wait = wake - now_ms();
+        double wait = wake - bench_now_ms();
         struct timespec ts = {0, 0};
         if (wait > 0) {
             ts.tv_sec = (time_t)(wait / 1e3);
@@ -351,7 +329,7 @@ int main(int argc, char **argv)
         }
         if (ppoll(fds, (nfds_t)nfds, &ts, NULL) < 0 && errno != EINTR)
             bench_die("poll: %s", strerror(errno));
-        double done_at = now_ms();
+        double done_at = bench_now_ms();
         for (int f = 0; f < nfds; f++) {
             if (fds[f].revents & POLLOUT && map[f] >= 0 && PQflush(conns[map[f]].c) < 0)
                 bench_die("send: %s", PQerrorMessage(conns[map[f]].c));
@@ -364,17 +342,18 @@ int main(int argc, char **argv)
             rl_conn *k = &conns[map[f]];
             if (drain(k->c)) {
                 k->busy = 0;
-                if (k->sched_ms < stop)
+                if (k->sched_ms < stop) {
                     vec_push(&cur, done_at - k->sched_ms);
-                if (k->sched_ms < stop && k->sched_ms >= counted_from)
-                    vec_push(&lat, done_at - k->sched_ms);
+                    if (k->sched_ms >= counted_from)
+                        vec_push(&lat, done_at - k->sched_ms);
+                }
             }
         }
     }
-    double elapsed = (now_ms() - counted_from) / 1e3;
+    double elapsed = (bench_now_ms() - counted_from) / 1e3;
     size_t n = lat.n;
-    double p50 = pct_sorted(lat.v, lat.n, 50), p99 = pct_sorted(lat.v, lat.n, 99);
-    double w90 = pct_sorted(wins.v, wins.n, 90);
+    double p50 = bench_percentile(lat.v, lat.n, 50), p99 = bench_percentile(lat.v, lat.n, 99);
+    double w90 = bench_percentile(wins.v, wins.n, 90);
     printf("%.1f %.2f %.2f %.2f %zu\n", (double)n / elapsed, p50, p99, w90, n);
     for (long i = 0; i < clients; i++)
         PQfinish(conns[i].c);
