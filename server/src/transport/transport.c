@@ -260,6 +260,16 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "unsupported listener url (use ipc://, tcp:// or tls+tcp://)");
     snprintf(tl->url, sizeof tl->url, "%s", url);
+    if (strcmp(tl->kind, "tls") != 0) { /* tcp:// and ipc:// are served by native.c */
+        bf_err err = t->native != NULL ? BF_OK : native_new(t, &t->native);
+        if (err == BF_OK)
+            err = native_listener_add(t->native, t->n_listeners, tl->url, diag, diag_len);
+        if (err != BF_OK)
+            return err;
+        tl->native = true;
+        t->n_listeners++;
+        return BF_OK;
+    }
     transport_group *g = transport_group_of(t, tl->kind);
     bf_err err = transport_group_open(t, g, diag, diag_len);
     if (err != BF_OK)
@@ -466,6 +476,8 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             if (err != BF_OK)
                 return err;
         }
+        if (tl->native)
+            continue; /* bound by native_start() below */
         int rv = nng_listener_start(tl->listener, 0);
         if (rv != 0)
             return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "could not listen on %s: %s",
@@ -481,6 +493,11 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             transport_log_event(t, BF_LOG_INFO, BF_EV_SERVER_LISTENING, "listening on %s", tl->url);
     }
     t->started = true;
+    if (t->native != NULL) {
+        bf_err err = native_start(t->native, diag, diag_len);
+        if (err != BF_OK)
+            return err;
+    }
     if (pthread_create(&t->replier, NULL, transport_replier_main, t) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the reply thread");
     t->replier_started = true;
@@ -490,7 +507,7 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
             return err;
     }
     transport_probes_start(t);
-    if (srv_canary_new(&t->canary) != BF_OK)
+    if (t->groups[1].sock_open && srv_canary_new(&t->canary) != BF_OK)
         transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
     if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the sweeper thread");
@@ -505,6 +522,8 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
     const transport_listener *tl = &t->listeners[listener_index];
     if (!tl->started || strcmp(tl->kind, "ipc") == 0)
         return BF_ERR_INVALID_ARGUMENT;
+    if (tl->native)
+        return native_bound_port(t->native, listener_index, port_out);
     int port = 0;
     if (nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
         return BF_ERR_INTERNAL;
@@ -626,6 +645,7 @@ void srv_transport_stop(srv_transport *t)
     if (t == NULL || t->stopped)
         return;
     t->stopped = true;
+    native_stop(t->native); /* bounded: its replies end within the send timeout */
     pthread_mutex_lock(&t->mtx);
     t->stopping = true;
     pthread_cond_broadcast(&t->cond);
@@ -729,6 +749,7 @@ void srv_transport_free(srv_transport *t)
         free(t->groups[g].sessions);
         free(t->groups[g].idle_sessions);
     }
+    native_free(t->native);
     if (t->tls != NULL)
         nng_tls_config_free(t->tls);
     srv_conns_free(t->conns);

@@ -52,6 +52,10 @@ typedef struct transport_note {
 } transport_note;
 
 typedef struct transport_group transport_group;
+typedef struct transport_native transport_native;
+
+/* Connection ids of the native transport (native.c) have this bit; nng's pipe ids never do. */
+#define SRV_TRANSPORT_NATIVE_ID 0x80000000u
 
 /* The self-dial of a listener (transport_probe.c): a req0 socket of its own dials the listener
  * and the probe succeeds once the listener's socket reports a new connection of it (ADD_PRE,
@@ -75,6 +79,7 @@ typedef struct transport_listener {
     transport_probe probe; /* the sweeper's */
     bool created;
     bool started;
+    bool native;      /* served by native.c, not nng */
     const char *kind; /* "ipc", "tcp", "tls" */
     char url[256];
 } transport_listener;
@@ -136,6 +141,7 @@ struct srv_transport {
     int ipc_mode;
     nng_duration send_timeout_ms;
     srv_conns *conns;
+    transport_native *native; /* the tcp:// and ipc:// listeners (NULL without any) */
     pthread_mutex_t mtx;
     /* Under mtx: a slot was freed, a send completed, or stop began. Broadcast only while
      * cond_waiters > 0 (a worker without a free slot, stop waiting for the replies): a reply's
@@ -195,5 +201,21 @@ bf_err transport_listener_restart(srv_transport *t, size_t i, char *diag, size_t
 void transport_probes_start(srv_transport *t);
 void transport_probes_poll(srv_transport *t);
 void transport_probes_close(srv_transport *t);
+
+/* native.c: the transport of our own for tcp:// and ipc:// (see its design notes). new: an empty
+ * one; listener_add: parse url, listener `index` in t->listeners (not bound yet); start: bind
+ * every listener, start the threads; bound_port: of listener `index`; close_conn: shut down the
+ * connection with that id (the sweeper's, for a quiet unread one), false when it is not
+ * native's; sweep: from the sweeper (listeners that ran out of descriptors accept again); stop:
+ * bounded as srv_transport_stop(), idempotent; free: stops first. */
+bf_err native_new(srv_transport *t, transport_native **out);
+bf_err native_listener_add(transport_native *n, size_t index, const char *url, char *diag,
+                           size_t diag_len);
+bf_err native_start(transport_native *n, char *diag, size_t diag_len);
+bf_err native_bound_port(const transport_native *n, size_t index, int *port_out);
+bool native_close_conn(transport_native *n, uint32_t id);
+void native_sweep(transport_native *n);
+void native_stop(transport_native *n);
+void native_free(transport_native *n);
 
 #endif /* BUZZ_SRV_TRANSPORT_IMPL_H */

@@ -77,7 +77,8 @@ void transport_probes_start(srv_transport *t)
         /* ipc:// only: the wedge has been seen there alone, and a probe that a loaded machine
          * answers late restarts a healthy listener, dropping the requests in flight on it (a
          * tcp flood test lost its reply so under load when every listener was probed) */
-        if (!tl->started || strcmp(tl->kind, "ipc") != 0 || !probe_url(tl, p->url, sizeof p->url))
+        if (!tl->started || tl->native || strcmp(tl->kind, "ipc") != 0 ||
+            !probe_url(tl, p->url, sizeof p->url))
             continue;
         if (strcmp(tl->kind, "tls") == 0 &&
             (nng_tls_config_alloc(&p->tls, NNG_TLS_MODE_CLIENT) != 0 ||

@@ -491,10 +491,14 @@ void *transport_sweeper_main(void *arg)
         uint32_t ids[64];
         size_t n = srv_conns_take_quiet(t->conns, transport_now_ms(), SRV_TRANSPORT_QUIET_MS, ids,
                                         sizeof ids / sizeof ids[0]);
+        native_sweep(t->native);
         for (size_t i = 0; i < n; i++) {
             nng_pipe pipe = NNG_PIPE_INITIALIZER;
             pipe.id = ids[i];
-            if (nng_pipe_close(pipe) == 0)
+            bool closed = (ids[i] & SRV_TRANSPORT_NATIVE_ID) != 0
+                              ? native_close_conn(t->native, ids[i])
+                              : nng_pipe_close(pipe) == 0;
+            if (closed)
                 transport_note_event(t, NOTE_CLOSED,
                                      "closed a connection that does not read its "
                                      "replies once it was quiet",
