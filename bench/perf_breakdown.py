@@ -5,7 +5,7 @@ Reads the text of `perf script -F ip,sym,dso` (call-graph samples of buzz-backfi
 bench/rpc.sh with BUZZ_BENCH_PERF) on stdin and prints the share of samples per concern:
 decode, token verification, PostgreSQL (libpq and its socket), engine (row decode, readiness
 logic), encode (the engine row to protobuf, packing), handler and dispatch, transport (nng, the
-transport threads, their wake-ups), and what no frame claims (kernel, libc, other). Each sample
+transport threads and native.c's, their wake-ups), and what no frame claims (kernel, libc, other). Each sample
 belongs to the first frame, from the leaf up, that one of the rules below recognizes: a memcpy
 under protobuf_c_message_pack is encoding, a futex wait under nng is transport.
 
@@ -34,7 +34,7 @@ RULES = [
     ("handler, dispatch", lambda s, d: s.startswith(("srv_dispatch", "admin_", "readiness_", "srv_call_",
                                                      "dispatch_", "srv_session"))),
     ("transport (nng, threads, wake-ups)", lambda s, d: "libnng" in d
-     or s.startswith(("nng_", "nni_", "transport_", "srv_transport", "nn_"))),
+     or s.startswith(("nng_", "nni_", "transport_", "srv_transport", "nn_", "native_"))),
     ("log, metrics", lambda s, d: s.startswith(("srv_log", "metrics_", "srv_metrics"))),
 ]
 

@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <cmocka.h>
 #include <nng/nng.h>
@@ -1236,6 +1237,71 @@ static void test_ipc_path_must_not_be_a_file(void **state)
     assert_int_equal(st.st_size, 8);
 }
 
+/* The SP handshake must come from a REQ peer: a REP's (another server dialing in) or bytes
+ * that are no handshake at all close the connection without a request being served; a REQ
+ * peer on the same listener is served.
+ * Guard: the hello check of native_readable(); without it the first two stay open. */
+static void test_hello_must_be_req(void **state)
+{
+    (void)state;
+    stub_reset(STUB_ECHO);
+    static const uint8_t hellos[][8] = {
+        {0, 'S', 'P', 0, 0, 0x31 /* REP */, 0, 0},
+        {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T'},
+    };
+    for (size_t i = 0; i < sizeof hellos / sizeof hellos[0]; i++) {
+        sp_peer p = sp_tcp(sp_url_port(tcp_url), NULL, false);
+        assert_int_equal(send(p.fd, hellos[i], 8, MSG_NOSIGNAL), 8);
+        if (!sp_wait_closed(&p, WAIT_LIMIT_S * 1000))
+            fail_msg("a connection with handshake %zu was not closed", i);
+        close(p.fd);
+    }
+    assert_int_equal(stub_calls(), 0);
+    bfc_client *c = client_open(tcp_url, token_ok, 5000, 0);
+    assert_true(stub_round_trip(c).got);
+    bfc_close(c);
+}
+
+/* An ipc:// path where another listener is live is refused (and that listener keeps serving);
+ * a stale socket file, whose listener is gone, is replaced.
+ * Guard: the live-socket probe of native_bind_ipc(); without it the second transport takes the
+ * path over and the first one's clients reach the second. */
+static void test_ipc_live_socket_is_refused(void **state)
+{
+    (void)state;
+    char diag[256] = "";
+    const char *urls[] = {ipc_url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
+    srv_transport *t2 = NULL;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_ERR_UNAVAILABLE);
+    assert_non_null(strstr(diag, "another process listens there"));
+    srv_transport_free(t2);
+    stub_reset(STUB_ECHO);
+    bfc_client *c = client_open(ipc_url, NULL, 5000, 0);
+    assert_true(stub_round_trip(c).got);
+    bfc_close(c);
+
+    /* a stale socket: bound, then its descriptor closed without removing the file */
+    char path[160], url[180];
+    snprintf(path, sizeof path, "%s/stale.sock", dir);
+    snprintf(url, sizeof url, "ipc://%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    close(fd);
+    urls[0] = url;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    c = client_open(url, NULL, 5000, 0);
+    assert_true(stub_round_trip(c).got);
+    bfc_close(c);
+    srv_transport_free(t2);
+    struct stat st;
+    assert_int_not_equal(lstat(path, &st), 0); /* removed at stop: it was ours */
+}
+
 /* Configuration errors are typed and name no secrets. */
 static void test_transport_config(void **state)
 {
@@ -1279,6 +1345,8 @@ int main(void)
         cmocka_unit_test(test_transport_config),
         cmocka_unit_test(test_tls_key_must_be_private),
         cmocka_unit_test(test_ipc_path_must_not_be_a_file),
+        cmocka_unit_test(test_hello_must_be_req),
+        cmocka_unit_test(test_ipc_live_socket_is_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
