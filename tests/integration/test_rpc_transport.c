@@ -1262,6 +1262,30 @@ static void test_hello_must_be_req(void **state)
     bfc_close(c);
 }
 
+/* A connection that sends no SP handshake is closed after the hello timeout; one opened at the
+ * same moment that did send it stays open past that.
+ * Guard: the hello timeout of native_sweep(); without it the silent connection stays open. */
+static void test_hello_timeout(void **state)
+{
+    (void)state;
+    char diag[256] = "";
+    const char *urls[] = {"tcp://127.0.0.1:0"};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1, .hello_timeout_ms = 300};
+    srv_transport *t2 = NULL;
+    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    int port = 0;
+    assert_int_equal(srv_transport_bound_port(t2, 0, &port), BF_OK);
+    sp_peer greeted = sp_tcp(port, NULL, true);
+    sp_peer silent = sp_tcp(port, NULL, false);
+    if (!sp_wait_closed(&silent, WAIT_LIMIT_S * 1000))
+        fail_msg("a connection without a handshake was not closed");
+    assert_false(sp_closed_by_daemon(&greeted));
+    close(silent.fd);
+    close(greeted.fd);
+    srv_transport_free(t2);
+}
+
 /* An ipc:// path where another listener is live is refused (and that listener keeps serving);
  * a stale socket file, whose listener is gone, is replaced.
  * Guard: the live-socket probe of native_bind_ipc(); without it the second transport takes the
@@ -1346,6 +1370,7 @@ int main(void)
         cmocka_unit_test(test_tls_key_must_be_private),
         cmocka_unit_test(test_ipc_path_must_not_be_a_file),
         cmocka_unit_test(test_hello_must_be_req),
+        cmocka_unit_test(test_hello_timeout),
         cmocka_unit_test(test_ipc_live_socket_is_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

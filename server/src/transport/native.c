@@ -487,6 +487,7 @@ void native_readable(transport_native *n, native_conn *c)
                 native_conn_lost(c); /* not a REQ peer */
                 return;
             }
+            atomic_store(&c->greeted, true);
             c->rstate = NATIVE_HEAD;
         } else if (c->rstate == NATIVE_HEAD) {
             uint64_t len = native_get_be64(c->head + (c->ipc ? 1 : 0));

@@ -42,6 +42,8 @@ typedef struct native_conn {
     int fd;
     uint32_t id; /* in t->conns */
     bool ipc;
+    int64_t accepted_ms;
+    atomic_bool greeted; /* its SP handshake arrived (the sweeper's hello timeout) */
     srv_peer peer;
     char who[96];
     /* the read turn's (one thread at a time) */

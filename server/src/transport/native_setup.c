@@ -89,6 +89,7 @@ static void native_admit(transport_native *n, native_listener *l, int fd)
     c->ipc = l->ipc;
     c->head_len = l->ipc ? 9 : 8;
     c->refs = 1; /* the read turn */
+    c->accepted_ms = transport_now_ms();
     native_peer(l, fd, &key, &c->peer);
     native_who(c);
     c->id = SRV_TRANSPORT_NATIVE_ID | (atomic_fetch_add(&n->next_id, 1) & 0x7fffffffu);
@@ -433,9 +434,23 @@ void native_sweep(transport_native *n)
 {
     if (n == NULL || !n->started)
         return;
+    int64_t now = transport_now_ms();
+    int late = 0;
     pthread_mutex_lock(&n->mtx);
     bool stopping = n->stopping;
+    for (native_conn *c = n->conns; c != NULL; c = c->next) {
+        if (atomic_load(&c->greeted) || now - c->accepted_ms < n->t->hello_timeout_ms)
+            continue;
+        pthread_mutex_lock(&c->mtx);
+        if (!c->closing)
+            late++;
+        native_conn_shutdown_locked(c); /* its read turn sees the end and frees it */
+        pthread_mutex_unlock(&c->mtx);
+    }
     pthread_mutex_unlock(&n->mtx);
+    if (late > 0)
+        transport_note_event(n->t, NOTE_CLOSED, "closed a connection that sent no SP handshake",
+                             "hello timeout");
     for (size_t i = 0; i < n->n_listeners && !stopping; i++)
         if (atomic_exchange(&n->listeners[i].paused, false))
             native_arm_listener(&n->listeners[i]);

@@ -1,15 +1,30 @@
 /*
- * transport.c - the nng REP transport: a rep0 socket per listener kind (ipc, network), a
- * listener per configured URL (ipc:// with restricted socket file permissions and a path that
- * must not name anything but a socket, tcp://, tls+tcp:// with the configured certificate and
- * a private key), per socket a pool of request threads and of contexts, the bounded stop, and
- * the defences against hostile peers. This file sets up and stops; transport_serve.c serves
- * (request threads, replies, connection admission, the sweeper); transport_impl.h is what they
- * share.
+ * transport.c - the REP transport of buzz-backfilld: a listener per configured URL; tcp:// and
+ * ipc:// (an ipc socket file with a restricted mode, at a path that must not name anything but
+ * a socket) are served by the SP transport of our own (native.c, native_setup.c), tls+tcp://
+ * (the configured certificate and a private key) by an nng rep0 socket with a pool of request
+ * threads and contexts (transport_serve.c); the bounded stop of both, and the defences against
+ * hostile peers. This file sets up and stops; transport_impl.h is what the files share.
  *
  * Design notes
  *
- * Concurrency: each socket has `threads` threads and a pool of contexts (slots). A thread takes
+ * Why a transport of our own for tcp:// and ipc:// (issue 26, docs/benchmarks.md). The
+ * clients are nng REQ sockets and the wire is nng's SP protocol either way; what changed is the
+ * server. Through nng's rep0 socket a request crossed nng's poller thread, two of its task
+ * threads and one of ours, and its reply's completion one more: on this class of VM each
+ * wake-up costs about as much as a whole indexed PostgreSQL read, and 75 % of the daemon's CPU
+ * was nng's threads and the switches between them. native.c wakes one thread per request,
+ * which reads it, serves it and writes the reply itself: the daemon's CPU per request fell to
+ * 0.36x and a Check at one client to 0.65x of the rep0 version's, below an echo through nng
+ * plus an indexed read. It also ends two nng 1.5.2 defects the rep0 version had to work around
+ * (below): a close racing a partial read that wedged nng's reaper for good (a peer could
+ * trigger it by resetting a connection it was pumping into), and an ipc listener that stopped
+ * adding connections after a few aborted handshakes (tests/integration/test_nng_ipc_wedge.c).
+ * tls+tcp:// stays on nng: its TLS is nng's, and the canary below still watches its reaper.
+ *
+ * The rest of these notes are the rep0 side's (tls+tcp://); native.c has its own.
+ *
+ * Concurrency: the socket has `threads` threads and a pool of contexts (slots). A thread takes
  * a free slot, receives a request on it, dispatches it with an engine session lent for the
  * request and hands the reply to nng on the same slot without waiting for the peer. A REP
  * socket hands each request to one waiting context and routes each reply back to the pipe
@@ -36,10 +51,10 @@
  *   a condition variable of its own, which only stop signals (waking it on every reply cost a
  *   context switch per request).
  *
- * Peer facts: the listener a request arrived on is found from its pipe (nng_pipe_listener), so
- * boundary authority is granted only to requests that really came through the ipc:// listener;
- * the ipc peer uid comes from the kernel (NNG_OPT_IPC_PEER_UID), the tcp/tls peer address
- * from NNG_OPT_REMADDR.
+ * Peer facts: the listener a request arrived on is found from its pipe (nng_pipe_listener); the
+ * tls peer address comes from NNG_OPT_REMADDR (native.c: the ipc peer uid from SO_PEERCRED,
+ * the tcp peer address from getpeername, so boundary authority is granted only to requests
+ * that really came through an ipc:// listener).
  *
  * Size: nng refuses messages over SRV_MAX_MESSAGE + SRV_TRANSPORT_RECV_SLACK by dropping the
  * connection; between SRV_MAX_MESSAGE and that, the dispatcher answers RESOURCE_EXHAUSTED.
@@ -84,9 +99,10 @@
  *   receiving is what wedges nng. A sweeper closes it once no request came from it for
  *   SRV_TRANSPORT_QUIET_MS (then it waits for data or is parked by rep0, with no read in
  *   progress); until then it keeps one of its peer's connection slots.
- * - One socket and pool per listener kind: the ipc listener keeps its own threads while the
- *   network ones are busy (a flood of slow requests from tokens holders, of cheap refusals
- *   from anyone), and operators on the local socket stay served.
+ * - One pool of threads per listener kind (native.c's for ipc:// and for tcp://, this socket's
+ *   for tls+tcp://): the ipc listener keeps its own threads while the network ones are busy (a
+ *   flood of slow requests from tokens holders, of cheap refusals from anyone), and operators
+ *   on the local socket stay served.
  * - Stop is bounded: the replies in flight end within the send timeout; the sockets are closed
  *   by a helper thread, and if nng_close() has not returned after SRV_TRANSPORT_CLOSE_BOUND_MS
  *   (the wedge above), stop logs it and returns, and the transport's memory is kept: nng's
@@ -297,8 +313,9 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     if (out == NULL || d == NULL || ctx == NULL || cfg == NULL || cfg->urls == NULL ||
         cfg->n_urls == 0 || cfg->n_urls > SRV_TRANSPORT_MAX_LISTENERS || cfg->threads < 0 ||
         cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0 ||
-        cfg->max_conns < 0 || cfg->max_conns > SRV_CONNS_MAX_PER_LISTENER ||
-        cfg->max_conns_per_peer < 0 || cfg->max_conns_per_peer > SRV_CONNS_MAX_PER_LISTENER)
+        cfg->hello_timeout_ms < 0 || cfg->max_conns < 0 ||
+        cfg->max_conns > SRV_CONNS_MAX_PER_LISTENER || cfg->max_conns_per_peer < 0 ||
+        cfg->max_conns_per_peer > SRV_CONNS_MAX_PER_LISTENER)
         return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                            "invalid transport configuration");
     int ipc_mode = cfg->ipc_mode ? cfg->ipc_mode : 0600;
@@ -314,6 +331,8 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     t->threads = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
     t->send_timeout_ms =
         cfg->send_timeout_ms ? cfg->send_timeout_ms : SRV_TRANSPORT_SEND_TIMEOUT_MS;
+    t->hello_timeout_ms =
+        cfg->hello_timeout_ms ? cfg->hello_timeout_ms : SRV_TRANSPORT_HELLO_TIMEOUT_MS;
     t->max_conns = cfg->max_conns ? cfg->max_conns : SRV_TRANSPORT_MAX_CONNS;
     t->max_conns_per_peer =
         cfg->max_conns_per_peer ? cfg->max_conns_per_peer : SRV_TRANSPORT_MAX_CONNS_PER_PEER;
@@ -367,47 +386,6 @@ static bf_err transport_ipc_path_check(const transport_listener *tl, char *diag,
         return BF_OK;
     return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
                        "cannot listen on %s: the path exists and is not a socket", tl->url);
-}
-
-bf_err transport_listener_restart(srv_transport *t, size_t i, char *diag, size_t diag_len)
-{
-    transport_listener *tl = &t->listeners[i];
-    transport_group *g = transport_group_of(t, tl->kind);
-    bool ipc = strcmp(tl->kind, "ipc") == 0;
-    /* a tcp port 0 was chosen at the first bind: keep it */
-    char url[sizeof tl->url + 8];
-    int port = 0;
-    size_t len = strlen(tl->url);
-    if (!ipc && len > 2 && strcmp(tl->url + len - 2, ":0") == 0 &&
-        nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-        snprintf(url, sizeof url, "%.*s:%d", (int)(len - 2), tl->url, port);
-    else
-        snprintf(url, sizeof url, "%s", tl->url);
-    nng_listener_close(tl->listener); /* and its connections: their clients retry */
-    tl->started = false;
-    if (ipc) {
-        bf_err err = transport_ipc_path_check(tl, diag, diag_len);
-        if (err != BF_OK)
-            return err;
-    }
-    nng_listener l;
-    int rv = nng_listener_create(&l, g->sock, url);
-    if (rv == 0 && ipc)
-        rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, t->ipc_mode);
-    else if (rv == 0 && strcmp(tl->kind, "tls") == 0)
-        rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, t->tls);
-    if (rv == 0) {
-        /* known before it can accept: its first connections are recognized as ours */
-        atomic_store(&tl->id, (uint32_t)nng_listener_id(l));
-        rv = nng_listener_start(l, 0);
-        if (rv != 0)
-            nng_listener_close(l);
-    }
-    if (rv != 0)
-        return bf_diag_set(diag, diag_len, BF_ERR_UNAVAILABLE, "%s", nng_strerror(rv));
-    tl->listener = l;
-    tl->started = true;
-    return BF_OK;
 }
 
 /* The pool of a socket: a slot per thread to receive on, and for the replies that may wait
@@ -506,7 +484,6 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
         if (err != BF_OK)
             return err;
     }
-    transport_probes_start(t);
     if (t->groups[1].sock_open && srv_canary_new(&t->canary) != BF_OK)
         transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
     if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
@@ -536,7 +513,6 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
 /* Closes sockets on its own thread, so stop can stop waiting for it. Freed by stop when the
  * close finished in time, else by this thread when (if ever) it does. */
 typedef struct transport_closer {
-    srv_transport *t; /* its probe sockets (kept when abandoned) */
     nng_socket socks[TRANSPORT_GROUPS];
     int n;
     srv_canary *canary; /* closing its sockets needs the reaper too */
@@ -555,7 +531,6 @@ static void transport_closer_free(transport_closer *c)
 static void *transport_closer_main(void *arg)
 {
     transport_closer *c = arg;
-    transport_probes_close(c->t);
     for (int i = 0; i < c->n; i++)
         nng_close(c->socks[i]); /* closes the listeners and their connections */
     srv_canary_free(c->canary);
@@ -583,7 +558,6 @@ static bool transport_close_sockets(srv_transport *t)
     }
     c->canary = t->canary;
     t->canary = NULL;
-    c->t = t;
     pthread_mutex_init(&c->mtx, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -592,7 +566,6 @@ static bool transport_close_sockets(srv_transport *t)
     pthread_condattr_destroy(&attr);
     pthread_t thread;
     if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
-        transport_probes_close(t);
         for (int i = 0; i < c->n; i++)
             nng_close(c->socks[i]);
         srv_canary_free(c->canary);

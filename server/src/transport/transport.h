@@ -1,10 +1,11 @@
 /*
- * transport.h - the nng REP transport of buzz-backfilld: a rep0 socket per listener kind
- * (ipc:// listeners on one, tcp:// and tls+tcp:// on another), listeners on every configured
- * URL and, per socket, a pool of threads that hand every request to srv_dispatch() with a
- * srv_session lent from a pool of as many (the most recently returned first, so that a quiet
- * caller's requests meet one warm PostgreSQL backend), and a pool of nng contexts the replies
- * are sent from without holding a thread.
+ * transport.h - the REP transport of buzz-backfilld: listeners on every configured URL,
+ * tcp:// and ipc:// served by the SP transport of our own (native.c: a pool of threads per
+ * listener kind, each request read, dispatched and answered by the one thread epoll woke),
+ * tls+tcp:// by an nng rep0 socket with a pool of threads and of contexts (transport_serve.c).
+ * Every request goes to srv_dispatch() with a srv_session lent from its pool (the most
+ * recently returned first, so that a quiet caller's requests meet one warm PostgreSQL backend);
+ * replies are sent without holding a thread while their peers are slow to read.
  *
  * Hostile peers: connections are admitted under a cap per listener and per peer (remote IP,
  * or uid on ipc); a connection has at most SRV_TRANSPORT_IN_FLIGHT requests in flight (more
@@ -51,17 +52,14 @@
  * SRV_TRANSPORT_QUIET_MS. */
 #define SRV_TRANSPORT_SEND_TIMEOUT_MS 2000
 #define SRV_TRANSPORT_QUIET_MS        1000
+/* Default bound on a new tcp:// or ipc:// connection's SP handshake (nng's own on tls+tcp://): a
+ * connection that has not sent its 8 bytes by then is closed by the sweeper. */
+#define SRV_TRANSPORT_HELLO_TIMEOUT_MS 10000
 /* Bound on closing the sockets at stop. nng 1.5.2 can wedge a close (transport.c's design
  * notes); past this the sockets are abandoned to the exiting process, and stop returns. */
 #define SRV_TRANSPORT_CLOSE_BOUND_MS 1500
 /* A probe of nng's reaper (made every second) unreported for this long means it is stuck. */
 #define SRV_TRANSPORT_WEDGE_MS 3000
-/* The self-dial of each ipc:// listener (transport_probe.c): a probe that sees no new
- * connection on its listener within this long failed; three failures in a row restart the
- * listener. A wedged listener therefore answers again within SRV_TRANSPORT_PROBE_BOUND_MS (one
- * probe interval, three probes, the restart). */
-#define SRV_TRANSPORT_PROBE_TIMEOUT_MS 2000
-#define SRV_TRANSPORT_PROBE_BOUND_MS   9000
 /* Pause before closing when replies were handed to nng during stop, so they reach the wire. */
 #define SRV_TRANSPORT_LINGER_MS 200
 /* How long srv_transport_stop() takes at most once the requests in flight have finished. */
@@ -80,6 +78,8 @@ typedef struct srv_transport_config {
     int send_timeout_ms;       /* a reply that cannot be handed to its connection within this
                                   (a peer that stops reading) is dropped and the connection
                                   served no more; 0 = SRV_TRANSPORT_SEND_TIMEOUT_MS */
+    int hello_timeout_ms;      /* tcp:// and ipc://: a connection without its SP handshake
+                                  after this is closed; 0 = SRV_TRANSPORT_HELLO_TIMEOUT_MS */
     int max_conns;             /* connections per listener; 0 = SRV_TRANSPORT_MAX_CONNS */
     int max_conns_per_peer;    /* per remote IP / ipc uid; 0 = SRV_TRANSPORT_MAX_CONNS_PER_PEER */
     /* Called once, on a transport thread, when nng stopped releasing closed connections (its

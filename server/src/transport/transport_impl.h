@@ -31,8 +31,6 @@
 #define TRANSPORT_SLOTS_MAX     1024 /* contexts per socket beyond one per thread */
 #define TRANSPORT_SEND_GRACE_MS 500  /* past the send timeout, a send nng did not complete */
 #define TRANSPORT_CANARY_MS     1000 /* how often nng's reaper is probed */
-#define TRANSPORT_PROBE_MS      1000 /* how often each listener is self-dialed */
-#define TRANSPORT_PROBE_FAILS   3    /* failed probes in a row that make a listener wedged */
 
 _Static_assert(SRV_TRANSPORT_MAX_LISTENERS <= 64, "conns.c's listener bound");
 
@@ -57,26 +55,9 @@ typedef struct transport_native transport_native;
 /* Connection ids of the native transport (native.c) have this bit; nng's pipe ids never do. */
 #define SRV_TRANSPORT_NATIVE_ID 0x80000000u
 
-/* The self-dial of a listener (transport_probe.c): a req0 socket of its own dials the listener
- * and the probe succeeds once the listener's socket reports a new connection of it (ADD_PRE,
- * counted in transport_listener.accepted), whichever connection that is. */
-typedef struct transport_probe {
-    nng_socket sock;
-    bool open;
-    char url[300];       /* what to dial: the listener's URL, a wildcard host as loopback */
-    nng_tls_config *tls; /* client configuration for a tls+tcp listener (no verification) */
-    nng_dialer dialer;
-    bool probing;
-    long base; /* accepted when the probe began */
-    int64_t began_ms, last_ms;
-    int fails; /* probes in a row that did not connect */
-} transport_probe;
-
 typedef struct transport_listener {
     nng_listener listener;
-    _Atomic uint32_t id;   /* nng_listener_id(listener), read by nng's pipe callbacks */
-    atomic_long accepted;  /* ADD_PRE notifications of its connections */
-    transport_probe probe; /* the sweeper's */
+    _Atomic uint32_t id; /* nng_listener_id(listener), read by nng's pipe callbacks */
     bool created;
     bool started;
     bool native;      /* served by native.c, not nng */
@@ -140,6 +121,7 @@ struct srv_transport {
     int max_conns, max_conns_per_peer;
     int ipc_mode;
     nng_duration send_timeout_ms;
+    int hello_timeout_ms; /* native.c's */
     srv_conns *conns;
     transport_native *native; /* the tcp:// and ipc:// listeners (NULL without any) */
     pthread_mutex_t mtx;
@@ -191,16 +173,6 @@ void *transport_replier_main(void *arg);
 void *transport_worker_main(void *arg);
 /* The sweeper thread (arg: the transport). */
 void *transport_sweeper_main(void *arg);
-/* Close listener i and listen again on its URL with the same options (transport.c); the
- * sweeper's, when the listener no longer completes connections. */
-bf_err transport_listener_restart(srv_transport *t, size_t i, char *diag, size_t diag_len);
-/* transport_probe.c: set up the probes once the listeners are bound; one round of the probes
- * (from the sweeper: starts due probes, judges finished ones, restarts wedged listeners); close
- * the probe sockets (their close, like any socket's, can wait on a stuck nng reaper: called by
- * the closer thread). */
-void transport_probes_start(srv_transport *t);
-void transport_probes_poll(srv_transport *t);
-void transport_probes_close(srv_transport *t);
 
 /* native.c: the transport of our own for tcp:// and ipc:// (see its design notes). new: an empty
  * one; listener_add: parse url, listener `index` in t->listeners (not bound yet); start: bind

@@ -1,9 +1,11 @@
 /*
- * transport_serve.c - the serving half of the transport (see transport.c's design notes):
+ * transport_serve.c - the serving half of the nng transport of tls+tcp:// listeners (see
+ * transport.c's design notes), and the sweeper of both transports:
  * nng's pipe notifications admitting connections under the caps, the peer facts of a request,
  * the request threads with their slots and replies that never wait for their peers, the
  * replier that waits for the replies of busy pipes, the sweeper that closes
- * quiet unread connections and probes nng's reaper, and the rate-limited log notes.
+ * quiet unread connections (nng's and native.c's) and probes nng's reaper, and the rate-limited
+ * log notes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -164,7 +166,6 @@ void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
         nng_pipe_close(pipe);
         return;
     }
-    atomic_fetch_add(&tl->accepted, 1); /* the listener takes connections: its probe's proof */
     srv_conn_peer key;
     char who[96], text[64];
     transport_peer_key(tl->kind, pipe, &key, text, sizeof text);
@@ -487,7 +488,6 @@ void *transport_sweeper_main(void *arg)
             pthread_mutex_lock(&t->mtx);
             break; /* reported once; nothing else here can work any more */
         }
-        transport_probes_poll(t);
         uint32_t ids[64];
         size_t n = srv_conns_take_quiet(t->conns, transport_now_ms(), SRV_TRANSPORT_QUIET_MS, ids,
                                         sizeof ids / sizeof ids[0]);
