@@ -14,11 +14,12 @@
  *   readiness.c  the Readiness service, derived from PostgreSQL on every call
  *   convert.c    engine structs -> protobuf messages; bf_err -> StatusCode (one table)
  * transport/
- *   transport.c  nng REP sockets, listeners (ipc://, tcp://, tls+tcp://), a pool of threads
- *                per socket each with its own nng context and engine session (serving in
- *                transport_serve.c, the listener probe in transport_probe.c); conns.c counts
- *                its connections under the caps per listener and per peer; canary.c probes
- *                nng's reaper
+ *   transport.c  listeners (ipc://, tcp://, tls+tcp://) and the bounded stop; tcp:// and ipc://
+ *                served by the SP transport of our own (native.c, native_setup.c: one thread
+ *                per request reads, serves and answers it), tls+tcp:// by an nng REP socket with
+ *                a pool of threads and contexts (transport_serve.c); conns.c counts the
+ *                connections under the caps per listener and per peer; canary.c probes nng's
+ *                reaper
  * http/
  *   http.c       the optional HTTP listener: /metrics, /livez, /readyz on its own scrape thread
  *   metrics.c    counters and histograms (log observer, dispatcher), the Prometheus exposition

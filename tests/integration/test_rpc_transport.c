@@ -1,10 +1,15 @@
 /*
- * test_rpc_transport.c - the RPC core over real nng sockets: the dispatcher (envelope, size
- * limit, method lookup, authentication before any handler, request ID, body, deadline, status
- * and body encoding), the REP transport (ipc:// with its socket mode and peer uid, tcp://,
- * tls+tcp://, a pool of concurrently served contexts, a clean stop that finishes the request in
- * flight) and the client library (generated stubs as the API, typed status, request IDs reused
- * verbatim on retry, local size limit).
+ * test_rpc_transport.c - the RPC core over real sockets: the dispatcher (envelope, size limit,
+ * method lookup, authentication before any handler, request ID, body, deadline, status and body
+ * encoding), the REP transport (ipc:// with its socket mode and peer uid and tcp:// served by
+ * native.c, tls+tcp:// by nng; a pool of concurrently served requests, a clean stop that
+ * finishes the request in flight, the SP handshake and its timeout, a live ipc socket refused)
+ * and the client library (generated stubs as the API, typed status, request IDs reused verbatim
+ * on retry, local size limit).
+ *
+ * test_request_id_retry also proves that native.c gives a connection's read turn back before
+ * serving the request it read (native_take): served first, the retry on the same connection is
+ * never read while the first delivery waits for it.
  *
  * A stub Readiness service (the real descriptor, with a Check handler written here) is the only
  * registered service, so no PostgreSQL is needed. Authentication is the real srv_auth: an ipc

@@ -660,8 +660,8 @@ static void metrics_render_events(metrics_buf *b, srv_metrics *m)
     metrics_printf(b, "buzz_backfill_database_connection_events_total{event=\"restored\"} %llu\n",
                    metrics_get(&m->db_restored));
     metrics_counter(b, "listener_restarts_total",
-                    "Listeners closed and listened on again because they stopped taking "
-                    "connections (nng 1.5.2's wedge; transport_probe.c).",
+                    "Always 0 now: listeners closed and listened on again because nng 1.5.2's ipc "
+                    "listener wedged; ipc:// is served by the daemon's own transport.",
                     &m->listener_restarts);
     metrics_head(b, "throttles_total", "counter",
                  "Times a worker of this process began waiting on a health signal or a "
