@@ -549,7 +549,10 @@ side_start()
     done
     [[ -z "$portfile" ]] || printf '%s\n' "$port" >"$portfile"
     SIDE_PORT="$port"
-    wait_ready "$port" || die "$name not accepting connections (log: $log)"
+    if ! wait_ready "$port"; then
+        tail -n 20 "$log" >&2 || true
+        die "$name not accepting connections (log: $log)"
+    fi
     url_for_port "$port"
 }
 
