@@ -3,7 +3,8 @@
 # program in a Release build tree; starts the private PostgreSQL cluster of scripts/pg.sh when it
 # is not running (and stops it again afterwards in that case); creates a throwaway database,
 # migrates it and runs the program, which starts buzz-backfilld on generated definitions
-# directories of 1, 1,000 and 10,000 files. Everything is removed at the end. Results go to
+# directories of 1, 1,000 and 10,000 files, and with 1,000 files on an idle database and while four
+# other daemons' 16 workers run backfills. Everything is removed at the end. Results go to
 # stdout.
 #
 # Usage: bench/startup.sh [startup options...]   e.g. --rounds 5
