@@ -93,30 +93,39 @@ static void exec_sql(PGconn *c, const char *sql)
     PQclear(r);
 }
 
-/* A directory of n definition files on sb.items; the first is required when asked. */
-static void write_dir(const char *dir, int n, bool first_required)
+/* One declarative definition file at path. */
+static void write_def(const char *path, const char *id, const char *description, const char *table,
+                      bool required, const char *needs_repair, const char *update_set)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        die("cannot write a definition file");
+    fprintf(f,
+            "id = %s\ndescription = %s\nowner = bench\ntable = %s\nkey = id bigint\n"
+            "batch_size = 500\nrequired = %s\nneeds_repair = %s\nupdate_set = %s\n"
+            "postcondition = t.fixed IS NOT NULL\n",
+            id, description, table, required ? "true" : "false", needs_repair, update_set);
+    fclose(f);
+}
+
+static void make_dir(const char *dir)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         die("cannot make a definitions directory");
+}
+
+/* A directory of n definition files on sb.items; the first is required when asked. */
+static void write_dir(const char *dir, int n, bool first_required)
+{
+    make_dir(dir);
     for (int i = 0; i < n; i++) {
-        char path[600];
+        char path[600], id[64], description[96], update_set[64];
         snprintf(path, sizeof path, "%s/d_%05d.def", dir, i);
-        FILE *f = fopen(path, "w");
-        if (f == NULL)
-            die("cannot write a definition file");
-        fprintf(f,
-                "id = sb.items.d_%05d\n"
-                "description = generated definition %d of %d\n"
-                "owner = bench\n"
-                "table = sb.items\n"
-                "key = id bigint\n"
-                "batch_size = 500\n"
-                "required = %s\n"
-                "needs_repair = t.fixed IS NULL\n"
-                "update_set = fixed = t.val + %d\n"
-                "postcondition = t.fixed IS NOT NULL\n",
-                i, i, n, i == 0 && first_required ? "true" : "false", i);
-        fclose(f);
+        snprintf(id, sizeof id, "sb.items.d_%05d", i);
+        snprintf(description, sizeof description, "generated definition %d of %d", i, n);
+        snprintf(update_set, sizeof update_set, "fixed = t.val + %d", i);
+        write_def(path, id, description, "sb.items", i == 0 && first_required, "t.fixed IS NULL",
+                  update_set);
     }
 }
 
@@ -127,28 +136,15 @@ static void write_load_dir(int k)
 {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/defs_load_%d", opts.dir, k);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        die("cannot make a load definitions directory");
+    make_dir(dir);
     for (int j = 0; j < LOAD_WORKERS; j++) {
         int i = k * LOAD_WORKERS + j;
-        char path[700];
+        char path[700], id[64], table[32];
         snprintf(path, sizeof path, "%s/load_%d.def", dir, i);
-        FILE *f = fopen(path, "w");
-        if (f == NULL)
-            die("cannot write a load definition");
-        fprintf(f,
-                "id = sb.load%d_%d.churn\n"
-                "description = the load of the busy claim\n"
-                "owner = bench\n"
-                "table = sb.load_%d\n"
-                "key = id bigint\n"
-                "batch_size = 500\n"
-                "required = true\n"
-                "needs_repair = t.val >= 0\n"
-                "update_set = fixed = coalesce(t.fixed, 0) + 1\n"
-                "postcondition = t.fixed IS NOT NULL\n",
-                i, k, i);
-        fclose(f);
+        snprintf(id, sizeof id, "sb.load%d_%d.churn", i, k);
+        snprintf(table, sizeof table, "sb.load_%d", i);
+        write_def(path, id, "the load of the busy claim", table, true, "t.val >= 0",
+                  "fixed = coalesce(t.fixed, 0) + 1");
     }
 }
 

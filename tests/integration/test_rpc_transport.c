@@ -1053,6 +1053,20 @@ static void test_stop_finishes_in_flight(void **state)
 
 /* ---- a peer that stops reading --------------------------------------------------------- */
 
+/* A transport of its own on tcp://127.0.0.1 (a free port, in *port) with cfg's other settings. */
+static srv_transport *loopback_transport(srv_transport_config *cfg, int *port)
+{
+    static const char *urls[] = {"tcp://127.0.0.1:0"};
+    char diag[256] = "";
+    cfg->urls = urls;
+    cfg->n_urls = 1;
+    srv_transport *t = NULL;
+    assert_int_equal(srv_transport_new(&t, disp, &ctx, cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_bound_port(t, 0, port), BF_OK);
+    return t;
+}
+
 static void raw_write_all(int fd, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
@@ -1130,14 +1144,9 @@ static void test_unread_replies_do_not_hold_threads(void **state)
         memset(stub.big, 'x', STUB_BIG_LEN);
         stub.big[STUB_BIG_LEN] = '\0';
     }
-    char diag[256] = "";
-    const char *urls[] = {"tcp://127.0.0.1:0"};
-    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 2, .send_timeout_ms = 300};
-    srv_transport *t2 = NULL;
-    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
-    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    srv_transport_config cfg = {.threads = 2, .send_timeout_ms = 300};
     int port = 0;
-    assert_int_equal(srv_transport_bound_port(t2, 0, &port), BF_OK);
+    srv_transport *t2 = loopback_transport(&cfg, &port);
 
     stub_reset(STUB_BIG);
     size_t body_len = 0;
@@ -1216,26 +1225,33 @@ static void test_tls_key_must_be_private(void **state)
     }
 }
 
+/* A transport on url alone is created but its start fails with want, diag naming diag_has. */
+static void expect_start_refused(const char *url, bf_err want, const char *diag_has)
+{
+    char diag[256] = "";
+    const char *urls[] = {url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
+    srv_transport *t = NULL;
+    assert_int_equal(srv_transport_new(&t, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t, diag, sizeof diag), want);
+    assert_non_null(strstr(diag, diag_has));
+    srv_transport_free(t);
+}
+
 /* nng's ipc listener replaces whatever its path names (a stale socket, but also a regular
  * file) and removes it at close: only an absent path or a socket may be listened on.
  * Guard: transport_ipc_path_check() in srv_transport_start(). */
 static void test_ipc_path_must_not_be_a_file(void **state)
 {
     (void)state;
-    char path[160], url[200], diag[256] = "";
+    char path[160], url[200];
     snprintf(path, sizeof path, "%s/precious", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("keep me\n", f);
     fclose(f);
     snprintf(url, sizeof url, "ipc://%s", path);
-    const char *urls[] = {url};
-    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
-    srv_transport *t2 = NULL;
-    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
-    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(diag, "the path exists and is not a socket"));
-    srv_transport_free(t2);
+    expect_start_refused(url, BF_ERR_INVALID_ARGUMENT, "the path exists and is not a socket");
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_true(S_ISREG(st.st_mode));
@@ -1273,14 +1289,9 @@ static void test_hello_must_be_req(void **state)
 static void test_hello_timeout(void **state)
 {
     (void)state;
-    char diag[256] = "";
-    const char *urls[] = {"tcp://127.0.0.1:0"};
-    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1, .hello_timeout_ms = 300};
-    srv_transport *t2 = NULL;
-    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
-    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
+    srv_transport_config cfg = {.threads = 1, .hello_timeout_ms = 300};
     int port = 0;
-    assert_int_equal(srv_transport_bound_port(t2, 0, &port), BF_OK);
+    srv_transport *t2 = loopback_transport(&cfg, &port);
     sp_peer greeted = sp_tcp(port, NULL, true);
     sp_peer silent = sp_tcp(port, NULL, false);
     if (!sp_wait_closed(&silent, WAIT_LIMIT_S * 1000))
@@ -1299,13 +1310,7 @@ static void test_ipc_live_socket_is_refused(void **state)
 {
     (void)state;
     char diag[256] = "";
-    const char *urls[] = {ipc_url};
-    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
-    srv_transport *t2 = NULL;
-    assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
-    assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_ERR_UNAVAILABLE);
-    assert_non_null(strstr(diag, "another process listens there"));
-    srv_transport_free(t2);
+    expect_start_refused(ipc_url, BF_ERR_UNAVAILABLE, "another process listens there");
     stub_reset(STUB_ECHO);
     bfc_client *c = client_open(ipc_url, NULL, 5000, 0);
     assert_true(stub_round_trip(c).got);
@@ -1320,7 +1325,9 @@ static void test_ipc_live_socket_is_refused(void **state)
     memcpy(a.sun_path, path, strlen(path) + 1);
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     close(fd);
-    urls[0] = url;
+    const char *urls[] = {url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
+    srv_transport *t2 = NULL;
     assert_int_equal(srv_transport_new(&t2, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
     assert_int_equal(srv_transport_start(t2, diag, sizeof diag), BF_OK);
     c = client_open(url, NULL, 5000, 0);

@@ -193,11 +193,7 @@ bf_err native_new(srv_transport *t, transport_native **out)
     atomic_init(&n->next_id, 1);
     pthread_mutex_init(&n->mtx, NULL);
     pthread_mutex_init(&n->wmtx, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&n->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    transport_cond_init(&n->cond);
     for (int i = 0; i < NATIVE_POOLS; i++) {
         native_pool *p = &n->pools[i];
         p->n = n;

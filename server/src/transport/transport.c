@@ -341,15 +341,11 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     t->groups[0].name = "ipc";
     t->groups[1].name = "network";
     pthread_mutex_init(&t->mtx, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cond, &attr);
-    pthread_cond_init(&t->sweep_cond, &attr);
-    pthread_cond_init(&t->reply_cond, &attr);
+    transport_cond_init(&t->cond);
+    transport_cond_init(&t->sweep_cond);
+    transport_cond_init(&t->reply_cond);
     for (int g = 0; g < TRANSPORT_GROUPS; g++)
-        pthread_cond_init(&t->groups[g].park_cond, &attr);
-    pthread_condattr_destroy(&attr);
+        transport_cond_init(&t->groups[g].park_cond);
     /* before any socket exists: nng's pipe notifications use the table */
     bf_err err = srv_conns_new(&t->conns, cfg->n_urls, t->max_conns, t->max_conns_per_peer);
     if (err != BF_OK) {
@@ -559,11 +555,7 @@ static bool transport_close_sockets(srv_transport *t)
     c->canary = t->canary;
     t->canary = NULL;
     pthread_mutex_init(&c->mtx, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    transport_cond_init(&c->cond);
     pthread_t thread;
     if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
         for (int i = 0; i < c->n; i++)

@@ -160,6 +160,8 @@ void transport_log_event(const srv_transport *t, bf_log_level level, bf_event ev
 int64_t transport_now_ms(void);
 /* *until = now + ms on CLOCK_MONOTONIC (the clock of every condition variable here). */
 void transport_deadline(struct timespec *until, long ms);
+/* A condition variable on CLOCK_MONOTONIC (the clock transport_deadline() uses). */
+void transport_cond_init(pthread_cond_t *cond);
 /* Count one event of kind; log it (with the events suppressed since the last line) unless a
  * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */
 void transport_note_event(srv_transport *t, transport_note_kind kind, const char *what,

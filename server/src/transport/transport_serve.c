@@ -63,6 +63,15 @@ void transport_deadline(struct timespec *until, long ms)
     }
 }
 
+void transport_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
 int64_t transport_now_ms(void)
 {
     struct timespec ts;
