@@ -52,10 +52,13 @@
 # flat out (--load 0) measures the CPU share the clients get, and any other consumer lowers it.
 # For each phase it prints OLTP TPS, p50 and p99 latency (pgbench's per-transaction log), the
 # backfill's keys per second, the machine's idle CPU and the CPU the backfill (or the burner)
-# used, then the goal's ratios: unthrottled p99 / baseline p99 (the bench's sensitivity: it says
+# used, the WAL the server wrote per second (pg_current_wal_lsn() before and after), then the
+# goal's ratios: unthrottled p99 / baseline p99 (the bench's sensitivity: it says
 # so when that is not clearly above 1), throttled p99 / baseline p99 (goal <= 1.25), throttled
 # rate / unthrottled rate (goal >= 0.5), the by-hand and control p99 / baseline p99 beside them,
-# and the controller's p99 / baseline p99 with the rate it left.
+# and the controller's p99 / baseline p99 with the rate it left, and the WAL bytes a key cost
+# (a phase's WAL per second beyond the none phase's, over its keys per second): with durability
+# on, the relay's commits wait for the flush of that WAL too (docs/benchmarks.md).
 # The CPU columns need the server on this machine (scripts/pg.sh's cluster). docs/benchmarks.md
 # records runs.
 #
@@ -459,11 +462,12 @@ side_session()
 
 # phase NAME KIND [CONFIG|SHARE]: KIND none (pgbench alone), backfill (a daemon with the extra
 # configuration CONFIG) or control (a CPU burner at SHARE of one core). Prints
-# "tps p50_ms p99_ms keys_per_s idle_pct cpu_cores" on stdout.
+# "tps p50_ms p99_ms keys_per_s idle_pct cpu_cores wal_bytes_per_s" on stdout (the WAL the
+# whole server wrote during the phase, the relay's load included).
 phase()
 {
     local name="$1" kind="$2" extra="${3:-}" db="buzz_coexist_phase_$$" url conf before after
-    local t0 t1 out pids="" burner="" idle0 idle1 own0=0 own1=0
+    local t0 t1 out pids="" burner="" idle0 idle1 own0=0 own1=0 lsn0 lsn1
     psql_q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
     # FILE_COPY (PostgreSQL 15): the files copied and synced, not the whole database through
     # the WAL (the default WAL_LOG), which left the server writing out seconds after it
@@ -567,6 +571,7 @@ SQL
     fi
     sampler "$url" "$TMP/waits.cur" &
     SAMPLER=$!
+    lsn0="$(psql -X -qtAc "SELECT pg_current_wal_lsn()" "$url")"
     t0="$(date +%s.%N)"
     rm -f "$TMP"/pgbench_log.*
     if [[ "$DRIVER" == relayload ]]; then
@@ -584,6 +589,7 @@ SQL
                 ${rate_args[@]+"${rate_args[@]}"} ${LOAD_ARGS[@]+"${LOAD_ARGS[@]}"} -l "$url" 2>&1)"
     fi
     t1="$(date +%s.%N)"
+    lsn1="$(psql -X -qtAc "SELECT pg_current_wal_lsn()" "$url")"
     stop_sampler
     if [[ -n "$pinner" ]]; then
         kill "$pinner" 2>/dev/null || true
@@ -635,6 +641,7 @@ SQL
     awk -v tps="$tps" -v p50="$p50" -v p99="$p99" -v rows="$((after - before))" \
         -v t0="$t0" -v t1="$t1" -v idle="$((idle1 - idle0))" -v all="$((all1 - all0))" \
         -v own="$((own1 - own0))" -v ticks="$TICKS" -v kind="$kind" \
+        -v wal="$(psql -X -qtAc "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')" "$url")" \
         'BEGIN {
             keys = "-"
             if (kind == "backfill" || kind == "handloop")
@@ -645,8 +652,8 @@ SQL
             idle_pct = 0
             if (all > 0)
                 idle_pct = 100 * idle / all
-            printf "%.1f %.2f %.2f %s %.0f %s\n", tps, p50, p99, keys, idle_pct,
-                cores
+            printf "%.1f %.2f %.2f %s %.0f %s %.0f\n", tps, p50, p99, keys, idle_pct,
+                cores, wal / (t1 - t0)
         }'
 }
 
@@ -671,7 +678,8 @@ printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIE
 printf 'coexist: server %s%s\n' "$(psql -X -qtAc "SELECT string_agg(name || ' ' || setting, ', ' ORDER BY name)
     FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_compression')" \
     "$SERVER_URL")" "${SERVER_SETS[*]:+ (set for the run: ${SERVER_SETS[*]})}"
-row() { printf '%-16s %9s %8s %8s %15s %7s %9s %s\n' "$@"; }
+row() { printf '%-16s %9s %8s %8s %15s %7s %9s %9s %s\n' "$@"; }
+mbs() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
 # after_phase LABEL: keep the phase's wait-event summary and placement for the report
 waits=() places=()
 after_phase()
@@ -685,41 +693,47 @@ after_phase()
 # template's build, left the others at a third of the median unthrottled rate)
 canary_col="canary p99 ms"
 [[ "$DRIVER" != relayload ]] || canary_col="relay's windows"
-lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "$canary_col")")
+lines=("$(row phase "OLTP tps" "p50 ms" "p99 ms" "backfill keys/s" "idle %" "CPU cores" "WAL MB/s" "$canary_col")")
 p99s_unthrottled=() rates_unthrottled=()
 p99s_none=() p99s_throttled=() p99s_hand=() p99s_control=() rates=() p99s_latency=() rates_latency=()
-ceilings=()
+ceilings=() rates_hand=()
+wal_none=() wal_unthrottled=() wal_throttled=() wal_hand=() wal_latency=()
 for ((r = 1; r <= ROUNDS; r++)); do
     PHASE_ROUND=$r
-    read -r tps p50 p99 rate idle cpu < <(phase unthrottled backfill "batch_target_ms = 0")
+    read -r tps p50 p99 rate idle cpu wal < <(phase unthrottled backfill "batch_target_ms = 0")
     after_phase "unthrottled #$r"
-    lines+=("$(row "unthrottled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
+    lines+=("$(row "unthrottled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" "$(mbs "$wal")")")
+    wal_unthrottled+=("$wal")
     p99s_unthrottled+=("$p99")
     rates_unthrottled+=("$rate")
     ceiling="$(awk -v r="$rate" -v s="$SHARE" 'BEGIN { printf "%d", r * s }')"
     ceilings+=("$ceiling")
-    read -r tps p50 p99 _ idle _ < <(phase none none)
+    read -r tps p50 p99 _ idle _ wal < <(phase none none)
     after_phase "none #$r"
     w_none=""
     read -r w_none <"$TMP/windows_p90" || true
-    lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" - "${w_none:+(windows p90 $w_none)}")")
+    lines+=("$(row "none #$r" "$tps" "$p50" "$p99" - "$idle" - "$(mbs "$wal")" "${w_none:+(windows p90 $w_none)}")")
+    wal_none+=("$wal")
     p99s_none+=("$p99")
-    read -r tps p50 p99 rate idle cpu < <(phase throttled backfill "batch_target_ms = $TARGET_MS
+    read -r tps p50 p99 rate idle cpu wal < <(phase throttled backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 max_rows_per_second = $ceiling
 $THROTTLE_CONF")
     after_phase "throttled #$r"
-    lines+=("$(row "throttled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu")")
+    lines+=("$(row "throttled #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" "$(mbs "$wal")")")
+    wal_throttled+=("$wal")
     p99s_throttled+=("$p99")
     rates+=("$rate")
-    read -r tps p50 p99 hrate idle hcpu < <(phase handloop handloop "$rate")
+    read -r tps p50 p99 hrate idle hcpu wal < <(phase handloop handloop "$rate")
     after_phase "by hand #$r"
-    lines+=("$(row "by hand #$r" "$tps" "$p50" "$p99" "$hrate" "$idle" "$hcpu")")
+    lines+=("$(row "by hand #$r" "$tps" "$p50" "$p99" "$hrate" "$idle" "$hcpu" "$(mbs "$wal")")")
+    wal_hand+=("$wal")
+    rates_hand+=("$hrate")
     p99s_hand+=("$p99")
     if ((CONTROL)) && [[ "$cpu" != - ]]; then
-        read -r tps p50 p99 _ idle cpu < <(phase control control "$cpu")
+        read -r tps p50 p99 _ idle cpu wal < <(phase control control "$cpu")
         after_phase "control #$r"
-        lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu")")
+        lines+=("$(row "control #$r" "$tps" "$p50" "$p99" - "$idle" "$cpu" "$(mbs "$wal")")")
         p99s_control+=("$p99")
     fi
     if ((LATENCY)); then
@@ -732,15 +746,15 @@ $THROTTLE_CONF")
         # (the engine's target is an integer, the windows a few ms).
         canary=0 base="$w_none"
         if [[ "$DRIVER" != relayload ]]; then
-            read -r tps p50 p99 _ idle _ < <(WITH_CANARY=1 phase "none+canary" none)
+            read -r tps p50 p99 _ idle _ wal < <(WITH_CANARY=1 phase "none+canary" none)
             after_phase "none+canary #$r"
             read -r c0 w0 <"$TMP/canary_p99"
             [[ -n "$c0" && -n "$w0" ]] || { echo "coexist: the canary reported nothing: $(cat "$TMP/canary.err")" >&2; exit 1; }
-            lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$c0 (windows p90 $w0)")")
+            lines+=("$(row "none+canary #$r" "$tps" "$p50" "$p99" - "$idle" - "$(mbs "$wal")" "$c0 (windows p90 $w0)")")
             canary=1 base="$w0"
         fi
         target_us="$(awk -v b="$base" -v f="$LATENCY_FACTOR" 'BEGIN { printf "%d", b * f * 1000 + 0.5 }')"
-        read -r tps p50 p99 rate idle cpu < <(WITH_CANARY=$canary phase controller backfill "batch_target_ms = $TARGET_MS
+        read -r tps p50 p99 rate idle cpu wal < <(WITH_CANARY=$canary phase controller backfill "batch_target_ms = $TARGET_MS
 step_ms = $STEP_MS
 throttle_latency_target_ms = $target_us
 throttle_latency_sql = \"SELECT p99_ms * 1000, at FROM buzz_canary.health WHERE at > now() - interval '2 s'\"
@@ -753,7 +767,8 @@ $THROTTLE_CONF")
         else
             read -r w1 <"$TMP/windows_p90"
         fi
-        lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" \
+        wal_latency+=("$wal")
+        lines+=("$(row "controller #$r" "$tps" "$p50" "$p99" "$rate" "$idle" "$cpu" "$(mbs "$wal")" \
             "${c1:+$c1 }(windows p90 $w1, target $((target_us / 1000)).$(printf '%03d' $((target_us % 1000))))")")
         p99s_latency+=("$p99")
         rates_latency+=("$rate")
@@ -781,6 +796,15 @@ h="$(median "${p99s_hand[@]}")"
 r2="$(median "${rates[@]}")"
 l="$(median ${p99s_latency[@]+"${p99s_latency[@]}"})"
 r3="$(median ${rates_latency[@]+"${rates_latency[@]}"})"
+# the WAL a key costs: what a phase wrote per second beyond the none phase's, over its keys/s
+wn="$(median "${wal_none[@]}")"
+per_key() # "WAL bytes/s values" "keys/s values"
+{
+    local w k
+    # shellcheck disable=SC2086 # lists of numbers
+    w="$(median $1)" k="$(median $2)"
+    awk -v w="$w" -v n="$wn" -v k="$k" 'BEGIN { if (k > 0) printf "%.0f", (w - n) / k; else printf "-" }'
+}
 [[ "$ROUNDS" == 1 ]] || echo "(medians of $ROUNDS rounds)"
 awk -v b="$b" -v u="$u" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2" \
     -v c="${ceilings[*]}" -v l="$l" -v r3="$r3" -v f="$LATENCY_FACTOR" \
@@ -799,3 +823,9 @@ awk -v b="$b" -v u="$u" -v t="$t" -v k="$k" -v h="$h" -v r1="$rate1" -v r2="$r2"
             printf "controller rate / unthrottled:  %.2f (%.0f keys/s remain)\n", r3 / r1, r3
         }
     }'
+printf 'WAL per key beyond the none phase (bytes): unthrottled %s, throttled %s, by hand %s%s; none phase %s MB/s\n' \
+    "$(per_key "${wal_unthrottled[*]}" "${rates_unthrottled[*]}")" \
+    "$(per_key "${wal_throttled[*]}" "${rates[*]}")" \
+    "$(per_key "${wal_hand[*]}" "${rates_hand[*]}")" \
+    "$( ((${#wal_latency[@]})) && printf ', controller %s' "$(per_key "${wal_latency[*]}" "${rates_latency[*]}")")" \
+    "$(mbs "$wn")"
