@@ -169,7 +169,7 @@ static void native_conn_lost(native_conn *c)
     native_conn_unref(c);
 }
 
-/* Give the read turn back to epoll; false (turn dropped) when it cannot be. */
+/* Give the read turn back to epoll; when it cannot be, the connection is lost with it. */
 static void native_rearm(native_conn *c)
 {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
@@ -186,8 +186,12 @@ static bool native_to_writer_locked(transport_native *n, native_conn *c)
     if (c->in_writer)
         return false;
     struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
-    if (epoll_ctl(n->wepfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
-        return false; /* cannot happen with a live descriptor; the queue ends with the conn */
+    if (epoll_ctl(n->wepfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        /* out of kernel memory: no one would write the queue, so the connection ends (its
+         * read turn sees that) rather than hang its peer */
+        native_conn_shutdown_locked(c);
+        return false;
+    }
     c->in_writer = true;
     c->refs++;
     atomic_fetch_add(&n->backlogged, 1);
