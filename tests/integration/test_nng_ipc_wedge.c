@@ -1,15 +1,16 @@
 /*
  * test_nng_ipc_wedge.c - the nng defect that the daemon's ipc listeners had to be defended
  * against while they were nng's (they are the daemon's own transport now, native.c), with plain
- * nng and nothing of ours: a rep0 socket listening on ipc:// with a thread serving it, and a peer that
- * connects and closes during the SP negotiation, a few times. With Debian 12's nng 1.5.2 the
+ * nng and nothing of ours: a rep0 socket listening on ipc:// with a thread serving it, and a peer
+ * that connects and closes during the SP negotiation, a few times. With Debian 12's nng 1.5.2 the
  * listener then stops adding connections (their requests time out) until it is closed and
  * listened on again.
  *
  * The test passes either way and says which: "wedged after N aborted connections" while the
  * distribution's nng has the defect, "did not wedge" the day it is fixed (then
- * docs/service.md "Hostile peers and limits" can say so). When it wedges, it also checks the workaround at the nng level: closing the listener and listening again on
- * the same socket serves again.
+ * docs/service.md "Hostile peers and limits" can say so). When it wedges, it also checks the
+ * workaround at the nng level: closing the listener and listening again on the same socket serves
+ * again.
  */
 #include <pthread.h>
 #include <setjmp.h>
