@@ -1238,9 +1238,9 @@ static void expect_start_refused(const char *url, bf_err want, const char *diag_
     srv_transport_free(t);
 }
 
-/* nng's ipc listener replaces whatever its path names (a stale socket, but also a regular
- * file) and removes it at close: only an absent path or a socket may be listened on.
- * Guard: transport_ipc_path_check() in srv_transport_start(). */
+/* The ipc socket is renamed over its path, which would replace whatever the path names (a
+ * stale socket, but also a regular file), and removed at stop: only an absent path or a socket
+ * may be listened on. Guard: the path check at the top of native_bind_ipc(). */
 static void test_ipc_path_must_not_be_a_file(void **state)
 {
     (void)state;

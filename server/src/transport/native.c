@@ -100,15 +100,6 @@ void native_wake_stop(transport_native *n)
     pthread_mutex_unlock(&n->mtx);
 }
 
-void native_who(native_conn *c)
-{
-    if (c->peer.has_uid)
-        snprintf(c->who, sizeof c->who, "%s uid %u", c->peer.listener, (unsigned)c->peer.uid);
-    else
-        snprintf(c->who, sizeof c->who, "%s %s", c->peer.listener,
-                 c->peer.addr[0] ? c->peer.addr : "unknown");
-}
-
 /* ---- connections: lifetime ----------------------------------------------------------------- */
 
 void native_out_free(native_out *o)
@@ -412,7 +403,7 @@ static void native_serve(transport_native *n, native_conn *c, const uint8_t *bod
     pthread_mutex_lock(&p->mtx);
     p->idle[p->n_idle++] = session;
     pthread_mutex_unlock(&p->mtx);
-    size_t pre = c->ipc ? 9 : 8;
+    size_t pre = native_frame_head(c->ipc);
     uint8_t *frame = err == BF_OK ? malloc(pre + hdr + out_len) : NULL;
     if (frame == NULL) {
         free(out);
@@ -469,7 +460,8 @@ void native_readable(transport_native *n, native_conn *c)
             want = c->body_len - c->got;
         } else {
             dst = c->head + c->got;
-            want = (c->rstate == NATIVE_HELLO ? NATIVE_HELLO_LEN : c->head_len) - c->got;
+            want =
+                (c->rstate == NATIVE_HELLO ? NATIVE_HELLO_LEN : native_frame_head(c->ipc)) - c->got;
         }
         ssize_t r = want > 0 ? recv(c->fd, dst, want, 0) : 0;
         if (r < 0 && errno == EINTR)

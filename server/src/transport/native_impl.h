@@ -25,6 +25,12 @@
 
 enum { NATIVE_TAG_LISTENER = 1, NATIVE_TAG_CONN, NATIVE_TAG_WAKE };
 
+/* What precedes a message's bytes: its 64-bit length, on ipc:// after a type byte. */
+static inline size_t native_frame_head(bool ipc)
+{
+    return ipc ? 9 : 8;
+}
+
 typedef struct native_pool native_pool;
 
 typedef struct native_out {
@@ -49,7 +55,7 @@ typedef struct native_conn {
     /* the read turn's (one thread at a time) */
     native_rstate rstate;
     uint8_t head[NATIVE_HELLO_LEN + 1];
-    size_t head_len, got;
+    size_t got;
     uint8_t *body;
     size_t body_len;
     /* under mtx */
@@ -120,7 +126,6 @@ struct transport_native {
 /* native.c */
 void native_signal_fd(int fd);
 void native_wake_stop(transport_native *n);
-void native_who(native_conn *c);
 void native_out_free(native_out *o);
 void native_conn_unref(native_conn *c);
 /* Shut the connection down: every holder of a count sees it and lets go (c->mtx held). */

@@ -53,24 +53,12 @@ static void native_peer(native_listener *l, int fd, srv_conn_peer *key, srv_peer
     socklen_t len = sizeof ss;
     if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
         return;
-    if (ss.ss_family == AF_INET) {
-        key->family = SRV_CONN_PEER_IPV4;
-        memcpy(key->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-    } else if (ss.ss_family == AF_INET6) {
-        const uint8_t *a = ((struct sockaddr_in6 *)&ss)->sin6_addr.s6_addr;
-        if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)a)) {
-            key->family = SRV_CONN_PEER_IPV4; /* one peer, whichever way it connected */
-            memcpy(key->addr, a + 12, 4);
-        } else {
-            key->family = SRV_CONN_PEER_IPV6;
-            memcpy(key->addr, a, 16);
-        }
-    } else {
-        return;
-    }
-    int af = key->family == SRV_CONN_PEER_IPV4 ? AF_INET : AF_INET6;
-    if (inet_ntop(af, key->addr, peer->addr, sizeof peer->addr) == NULL)
-        peer->addr[0] = '\0';
+    if (ss.ss_family == AF_INET)
+        transport_peer_ip(key, false, (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr,
+                          peer->addr, sizeof peer->addr);
+    else if (ss.ss_family == AF_INET6)
+        transport_peer_ip(key, true, ((struct sockaddr_in6 *)&ss)->sin6_addr.s6_addr, peer->addr,
+                          sizeof peer->addr);
 }
 
 /* A new connection: admitted under the caps, greeted, and put in its pool's epoll set. */
@@ -87,23 +75,15 @@ static void native_admit(transport_native *n, native_listener *l, int fd)
     c->pool = l->pool;
     c->fd = fd;
     c->ipc = l->ipc;
-    c->head_len = l->ipc ? 9 : 8;
     c->refs = 1; /* the read turn */
     c->accepted_ms = transport_now_ms();
     native_peer(l, fd, &key, &c->peer);
-    native_who(c);
+    transport_who(&c->peer, c->who, sizeof c->who);
     c->id = SRV_TRANSPORT_NATIVE_ID | (atomic_fetch_add(&n->next_id, 1) & 0x7fffffffu);
     srv_conn_verdict v = srv_conns_admit(t->conns, c->id, l->index, &key);
     if (v != SRV_CONN_ADMITTED) {
         close(fd);
-        if (v == SRV_CONN_PEER_FULL)
-            transport_note_event(t, NOTE_PEER_FULL,
-                                 "refused a connection: its peer holds max_connections_per_peer",
-                                 c->who);
-        else
-            transport_note_event(t, NOTE_LISTENER_FULL,
-                                 "refused a connection: its listener holds max_connections",
-                                 c->who);
+        transport_note_refused(t, v, c->who);
         free(c);
         return;
     }
@@ -279,12 +259,16 @@ static bf_err native_bind_tcp(native_listener *l, char *diag, size_t diag_len)
 /* Bind an ipc:// socket with its mode from the start: bound under a temporary name beside the
  * path, given its mode, then renamed over the path (nng binds the path and changes its mode
  * afterwards, leaving a moment with the default mode). A live socket at the path is refused; a
- * stale one is replaced. transport_ipc_path_check() has refused anything but a socket. */
+ * stale one is replaced; anything else at the path is refused, never replaced. */
 static bf_err native_bind_ipc(native_listener *l, int mode, char *diag, size_t diag_len)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     struct stat st;
-    if (lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    bool exists = lstat(l->path, &st) == 0;
+    if (exists && !S_ISSOCK(st.st_mode)) /* a file, a directory or a link: never replaced */
+        return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
+                           "cannot listen on %s: the path exists and is not a socket", l->url);
+    if (exists) {
         int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         memcpy(a.sun_path, l->path, strlen(l->path) + 1);
         bool live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0;

@@ -151,11 +151,6 @@ static const char *transport_kind(const char *url)
     return NULL;
 }
 
-static transport_group *transport_group_of(srv_transport *t, const char *kind)
-{
-    return &t->groups[strcmp(kind, "ipc") == 0 ? 0 : 1];
-}
-
 /* ---- tls ----------------------------------------------------------------------------------- */
 
 /* Read a whole PEM file (bounded) into a NUL-terminated buffer the caller wipes and frees.
@@ -267,8 +262,7 @@ static bf_err transport_group_open(srv_transport *t, transport_group *g, char *d
     return BF_OK;
 }
 
-static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_mode, char *diag,
-                                     size_t diag_len)
+static bf_err transport_listener_new(srv_transport *t, const char *url, char *diag, size_t diag_len)
 {
     transport_listener *tl = &t->listeners[t->n_listeners];
     tl->kind = transport_kind(url);
@@ -286,7 +280,7 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
         t->n_listeners++;
         return BF_OK;
     }
-    transport_group *g = transport_group_of(t, tl->kind);
+    transport_group *g = &t->groups[0]; /* tls+tcp://, the one kind nng serves */
     bf_err err = transport_group_open(t, g, diag, diag_len);
     if (err != BF_OK)
         return err;
@@ -297,10 +291,7 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, int ipc_
     tl->created = true;
     t->n_listeners++;
     g->n_listeners++;
-    if (strcmp(tl->kind, "ipc") == 0)
-        rv = nng_listener_set_int(tl->listener, NNG_OPT_IPC_PERMISSIONS, ipc_mode);
-    else if (strcmp(tl->kind, "tls") == 0)
-        rv = nng_listener_set_ptr(tl->listener, NNG_OPT_TLS_CONFIG, t->tls);
+    rv = nng_listener_set_ptr(tl->listener, NNG_OPT_TLS_CONFIG, t->tls);
     if (rv != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not configure %s: %s", url,
                            nng_strerror(rv));
@@ -338,8 +329,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
         cfg->max_conns_per_peer ? cfg->max_conns_per_peer : SRV_TRANSPORT_MAX_CONNS_PER_PEER;
     t->on_wedged = cfg->on_wedged;
     t->on_wedged_arg = cfg->on_wedged_arg;
-    t->groups[0].name = "ipc";
-    t->groups[1].name = "network";
+    t->groups[0].name = "tls";
     pthread_mutex_init(&t->mtx, NULL);
     transport_cond_init(&t->cond);
     transport_cond_init(&t->sweep_cond);
@@ -359,7 +349,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
             if (err != BF_OK)
                 goto fail;
         }
-        err = transport_listener_new(t, cfg->urls[i] ? cfg->urls[i] : "", ipc_mode, diag, diag_len);
+        err = transport_listener_new(t, cfg->urls[i] ? cfg->urls[i] : "", diag, diag_len);
         if (err != BF_OK)
             goto fail;
     }
@@ -368,20 +358,6 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
 fail:
     srv_transport_free(t);
     return err;
-}
-
-/* An ipc:// path may be absent or a socket (nng replaces a stale one, refuses a live one);
- * anything else would be deleted and replaced by nng, and removed again at stop. */
-static bf_err transport_ipc_path_check(const transport_listener *tl, char *diag, size_t diag_len)
-{
-    const char *path = tl->url + strlen("ipc://");
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return BF_OK; /* absent (or unreachable): nng's bind reports it */
-    if (S_ISSOCK(st.st_mode))
-        return BF_OK;
-    return bf_diag_set(diag, diag_len, BF_ERR_INVALID_ARGUMENT,
-                       "cannot listen on %s: the path exists and is not a socket", tl->url);
 }
 
 /* The pool of a socket: a slot per thread to receive on, and for the replies that may wait
@@ -445,11 +421,6 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
         return BF_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < t->n_listeners; i++) {
         transport_listener *tl = &t->listeners[i];
-        if (strcmp(tl->kind, "ipc") == 0) {
-            bf_err err = transport_ipc_path_check(tl, diag, diag_len);
-            if (err != BF_OK)
-                return err;
-        }
         if (tl->native)
             continue; /* bound by native_start() below */
         int rv = nng_listener_start(tl->listener, 0);
@@ -459,8 +430,7 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
         tl->started = true;
         atomic_store(&tl->id, (uint32_t)nng_listener_id(tl->listener));
         int port = 0;
-        if (strcmp(tl->kind, "ipc") != 0 &&
-            nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+        if (nng_listener_get_int(tl->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
             transport_log_event(t, BF_LOG_INFO, BF_EV_SERVER_LISTENING, "listening on %s (port %d)",
                                 tl->url, port);
         else
@@ -480,7 +450,7 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
         if (err != BF_OK)
             return err;
     }
-    if (t->groups[1].sock_open && srv_canary_new(&t->canary) != BF_OK)
+    if (t->groups[0].sock_open && srv_canary_new(&t->canary) != BF_OK)
         transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
     if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the sweeper thread");
@@ -596,11 +566,11 @@ static bool transport_wait_sends(srv_transport *t)
     transport_deadline(&until, (long)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS);
     pthread_mutex_lock(&t->mtx);
     t->cond_waiters++; /* the end of each reply wakes us */
-    while (t->groups[0].sending + t->groups[1].sending > 0 &&
+    while (t->groups[0].sending > 0 &&
            pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
         ;
     t->cond_waiters--;
-    bool done = t->groups[0].sending + t->groups[1].sending == 0;
+    bool done = t->groups[0].sending == 0;
     pthread_mutex_unlock(&t->mtx);
     return done;
 }

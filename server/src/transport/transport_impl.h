@@ -23,7 +23,7 @@
 #include "conns.h"
 #include "transport.h"
 
-#define TRANSPORT_GROUPS        2 /* sockets: ipc, network */
+#define TRANSPORT_GROUPS        1 /* nng sockets: tls+tcp:// (native.c serves the rest) */
 #define TRANSPORT_NOTE_MS       10000
 #define TRANSPORT_SWEEP_MS      250  /* how often unread connections are looked at */
 #define TRANSPORT_REPLY_POLL_MS 1    /* how often the replier looks over its queue of replies */
@@ -89,7 +89,7 @@ typedef struct transport_worker {
 } transport_worker;
 
 struct transport_group {
-    const char *name; /* "ipc", "network" */
+    const char *name; /* "tls" */
     nng_socket sock;
     bool sock_open;
     size_t n_listeners;
@@ -162,6 +162,14 @@ int64_t transport_now_ms(void);
 void transport_deadline(struct timespec *until, long ms);
 /* A condition variable on CLOCK_MONOTONIC (the clock transport_deadline() uses). */
 void transport_cond_init(pthread_cond_t *cond);
+/* "tcp 127.0.0.1", "ipc uid 1000" (or "... unknown") for the log. */
+void transport_who(const srv_peer *peer, char *out, size_t cap);
+/* An IP peer as a cap key and as text: addr holds 4 bytes (!v6) or 16 (v6, an IPv4-mapped one
+ * counts as IPv4: one peer, whichever way it connected); text is "" when it cannot be printed. */
+void transport_peer_ip(srv_conn_peer *key, bool v6, const uint8_t *addr, char *text,
+                       size_t text_len);
+/* Log (rate-limited) a connection the caps refused with verdict v. */
+void transport_note_refused(srv_transport *t, srv_conn_verdict v, const char *who);
 /* Count one event of kind; log it (with the events suppressed since the last line) unless a
  * line of this kind was logged less than TRANSPORT_NOTE_MS ago. */
 void transport_note_event(srv_transport *t, transport_note_kind kind, const char *what,

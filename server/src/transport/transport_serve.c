@@ -119,43 +119,48 @@ static transport_listener *transport_listener_of(srv_transport *t, nng_pipe pipe
     return NULL;
 }
 
-/* The peer of a pipe as a cap key and as text ("127.0.0.1", "uid 1000"; "unknown"). */
-static void transport_peer_key(const char *kind, nng_pipe pipe, srv_conn_peer *key, char *text,
-                               size_t text_len)
+void transport_peer_ip(srv_conn_peer *key, bool v6, const uint8_t *addr, char *text,
+                       size_t text_len)
+{
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memset(key, 0, sizeof *key);
+    if (!v6) {
+        key->family = SRV_CONN_PEER_IPV4;
+        memcpy(key->addr, addr, 4);
+    } else if (memcmp(addr, v4_mapped, sizeof v4_mapped) == 0) {
+        key->family = SRV_CONN_PEER_IPV4; /* one peer, whichever way it connected */
+        memcpy(key->addr, addr + 12, 4);
+    } else {
+        key->family = SRV_CONN_PEER_IPV6;
+        memcpy(key->addr, addr, 16);
+    }
+    int af = key->family == SRV_CONN_PEER_IPV4 ? AF_INET : AF_INET6;
+    if (inet_ntop(af, key->addr, text, (socklen_t)text_len) == NULL)
+        text[0] = '\0';
+}
+
+void transport_note_refused(srv_transport *t, srv_conn_verdict v, const char *who)
+{
+    if (v == SRV_CONN_PEER_FULL)
+        transport_note_event(t, NOTE_PEER_FULL,
+                             "refused a connection: its peer holds max_connections_per_peer", who);
+    else
+        transport_note_event(t, NOTE_LISTENER_FULL,
+                             "refused a connection: its listener holds max_connections", who);
+}
+
+/* The peer of a tls pipe as a cap key and as text ("127.0.0.1"; "" when unknown). */
+static void transport_peer_key(nng_pipe pipe, srv_conn_peer *key, char *text, size_t text_len)
 {
     memset(key, 0, sizeof *key);
-    snprintf(text, text_len, "unknown");
-    if (strcmp(kind, "ipc") == 0) {
-        uint64_t uid = 0;
-        if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
-            uint32_t u = (uint32_t)uid;
-            key->family = SRV_CONN_PEER_UID;
-            memcpy(key->addr, &u, sizeof u);
-            snprintf(text, text_len, "uid %u", (unsigned)u);
-        }
-        return;
-    }
+    text[0] = '\0';
     nng_sockaddr sa;
     if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0)
         return;
-    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (sa.s_family == NNG_AF_INET) {
-        key->family = SRV_CONN_PEER_IPV4;
-        memcpy(key->addr, &sa.s_in.sa_addr, 4); /* network order */
-    } else if (sa.s_family == NNG_AF_INET6 &&
-               memcmp(sa.s_in6.sa_addr, v4_mapped, sizeof v4_mapped) == 0) {
-        key->family = SRV_CONN_PEER_IPV4; /* one peer, whichever way it connected */
-        memcpy(key->addr, sa.s_in6.sa_addr + 12, 4);
-    } else if (sa.s_family == NNG_AF_INET6) {
-        key->family = SRV_CONN_PEER_IPV6;
-        memcpy(key->addr, sa.s_in6.sa_addr, 16);
-    } else {
-        return;
-    }
-    char buf[INET6_ADDRSTRLEN];
-    int af = key->family == SRV_CONN_PEER_IPV4 ? AF_INET : AF_INET6;
-    if (inet_ntop(af, key->addr, buf, sizeof buf) != NULL)
-        snprintf(text, text_len, "%s", buf);
+    if (sa.s_family == NNG_AF_INET)
+        transport_peer_ip(key, false, (const uint8_t *)&sa.s_in.sa_addr, text, text_len);
+    else if (sa.s_family == NNG_AF_INET6)
+        transport_peer_ip(key, true, sa.s_in6.sa_addr, text, text_len);
 }
 
 /* nng's pipe notifications: admission under the caps at ADD_PRE (closing a pipe there keeps it
@@ -176,22 +181,19 @@ void transport_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
         return;
     }
     srv_conn_peer key;
-    char who[96], text[64];
-    transport_peer_key(tl->kind, pipe, &key, text, sizeof text);
+    srv_peer peer = {.listener = tl->kind};
+    transport_peer_key(pipe, &key, peer.addr, sizeof peer.addr);
     srv_conn_verdict v = srv_conns_admit(t->conns, (uint32_t)nng_pipe_id(pipe), index, &key);
     if (v == SRV_CONN_ADMITTED)
         return;
     nng_pipe_close(pipe);
-    snprintf(who, sizeof who, "%s %s", tl->kind, text);
-    if (v == SRV_CONN_PEER_FULL)
-        transport_note_event(t, NOTE_PEER_FULL,
-                             "refused a connection: its peer holds max_connections_per_peer", who);
-    else
-        transport_note_event(t, NOTE_LISTENER_FULL,
-                             "refused a connection: its listener holds max_connections", who);
+    char who[96];
+    transport_who(&peer, who, sizeof who);
+    transport_note_refused(t, v, who);
 }
 
-/* Which listener a request came through, the ipc peer uid and the tcp/tls peer address. */
+/* Which listener a request came through (tls: the nng socket serves nothing else) and its
+ * peer's address. */
 static void transport_peer(srv_transport *t, nng_msg *msg, srv_peer *peer)
 {
     memset(peer, 0, sizeof *peer);
@@ -202,24 +204,13 @@ static void transport_peer(srv_transport *t, nng_msg *msg, srv_peer *peer)
     if (tl == NULL)
         return;
     peer->listener = tl->kind;
-    uint64_t uid = 0;
-    if (strcmp(tl->kind, "ipc") == 0) {
-        if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid <= UINT32_MAX) {
-            peer->has_uid = true;
-            peer->uid = (uint32_t)uid;
-        }
-        return;
-    }
     srv_conn_peer key;
-    transport_peer_key(tl->kind, pipe, &key, peer->addr, sizeof peer->addr);
-    if (key.family == SRV_CONN_PEER_UNKNOWN)
-        peer->addr[0] = '\0';
+    transport_peer_key(pipe, &key, peer->addr, sizeof peer->addr);
 }
 
 /* ---- serving ------------------------------------------------------------------------------- */
 
-/* "tcp 127.0.0.1", "ipc uid 1000" for the log. */
-static void transport_who(const srv_peer *peer, char *out, size_t cap)
+void transport_who(const srv_peer *peer, char *out, size_t cap)
 {
     if (peer->has_uid)
         snprintf(out, cap, "%s uid %u", peer->listener, (unsigned)peer->uid);
