@@ -823,6 +823,7 @@ static void test_status_and_body(void **state)
 /* ---- concurrency --------------------------------------------------------------------------- */
 
 typedef struct client_job {
+    const char *url;
     int code;
     bf_err transport;
 } client_job;
@@ -832,7 +833,11 @@ static void *client_thread(void *arg)
     client_job *job = arg;
     bfc_client *c = NULL;
     bfc_options o = {.token = token_ok, .timeout_ms = 20000, .retries = -1};
-    job->transport = bfc_open(&c, tcp_url, &o, NULL, 0);
+    if (strncmp(job->url, "tls+tcp://", 10) == 0) {
+        o.tls_ca_file = cert_file;
+        o.tls_server_name = "localhost";
+    }
+    job->transport = bfc_open(&c, job->url, &o, NULL, 0);
     if (job->transport != BF_OK)
         return NULL;
     Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
@@ -844,20 +849,27 @@ static void *client_thread(void *arg)
     return NULL;
 }
 
-/* N_CLIENTS clients call at once (client_thread), each answered OK. */
-static void run_clients(void)
+/* N_CLIENTS clients call at once over url (client_thread), each answered OK. */
+static void run_clients_on(const char *url)
 {
     pthread_t threads[N_CLIENTS];
     client_job jobs[N_CLIENTS];
     memset(jobs, 0, sizeof jobs);
-    for (int i = 0; i < N_CLIENTS; i++)
+    for (int i = 0; i < N_CLIENTS; i++) {
+        jobs[i].url = url;
         assert_int_equal(pthread_create(&threads[i], NULL, client_thread, &jobs[i]), 0);
+    }
     for (int i = 0; i < N_CLIENTS; i++)
         pthread_join(threads[i], NULL);
     for (int i = 0; i < N_CLIENTS; i++) {
         assert_int_equal(jobs[i].transport, BF_OK);
         assert_int_equal(jobs[i].code, SC(OK));
     }
+}
+
+static void run_clients(void)
+{
+    run_clients_on(tcp_url);
 }
 
 /* 8 clients at once are served, at least two handlers at the same time (barrier). */
@@ -875,18 +887,14 @@ static void test_concurrent_clients(void **state)
     assert_true(max_inside >= 2);
 }
 
-/* A burst of N_CLIENTS concurrent calls is served by N_CLIENTS threads at once, although
- * only a few of them wait in recv between requests (transport_worker_main): the guard is the
- * wake of a parked thread by a receiver that leaves none receiving; without it the calls inside
- * at once never pass TRANSPORT_RECEIVERS (2) and the barrier times out. */
-static void test_a_burst_wakes_every_thread(void **state)
+/* A burst of N_CLIENTS concurrent calls over url is served by N_CLIENTS threads at once. */
+static void burst_on(const char *url)
 {
-    (void)state;
     stub_reset(STUB_BARRIER);
     pthread_mutex_lock(&stub.mtx);
     stub.barrier_want = N_CLIENTS;
     pthread_mutex_unlock(&stub.mtx);
-    run_clients();
+    run_clients_on(url);
     pthread_mutex_lock(&stub.mtx);
     int max_inside = stub.max_inside, n_threads = stub.n_threads;
     bool timed_out = stub.timed_out;
@@ -896,19 +904,26 @@ static void test_a_burst_wakes_every_thread(void **state)
     assert_int_equal(n_threads, N_CLIENTS);
 }
 
-/* One caller's calls, one after another, are served with one engine session (so one
- * PostgreSQL backend, warm) by at most TRANSPORT_RECEIVERS (2) threads, though the socket has
- * N_CLIENTS of each. Guards: the sessions are a stack lent per request (with a session per
- * thread, the calls meet a session per thread that served them), and at most two threads wait
- * in recv (rep0 gives a request to the context that waited longest: with every thread waiting,
- * sequential calls go to each thread in turn). Threads still coming back from an earlier
- * burst (test_a_burst_wakes_every_thread) may each take a turn as a receiver before they
- * park (CI: 3 threads), so a round of calls is repeated until one shows the settled state,
- * a bounded number of times: without either guard no round ever does. */
-static void test_sequential_calls_meet_one_session(void **state)
+/* A burst of N_CLIENTS concurrent calls is served by N_CLIENTS threads at once, on both
+ * transports. Guards: on tcp:// (native.c) a worker takes one connection per wake
+ * (native_worker_main's epoll_wait for one event; a worker that took several would serve them
+ * one after another and the barrier times out); on tls+tcp:// (nng) only a few threads wait in
+ * recv between requests (transport_worker_main), and the guard is the wake of a parked thread
+ * by a receiver that leaves none receiving: without it the calls inside at once never pass
+ * TRANSPORT_RECEIVERS (2). */
+static void test_a_burst_wakes_every_thread(void **state)
 {
     (void)state;
-    bfc_client *c = client_open(ipc_url, NULL, 4000, 0);
+    burst_on(tcp_url);
+    if (have_tls)
+        burst_on(tls_url);
+}
+
+/* One caller's calls over url, one after another, meet one engine session and at most two
+ * threads; see test_sequential_calls_meet_one_session. */
+static void sequential_on(const char *url, const char *token)
+{
+    bfc_client *c = client_open(url, token, 4000, 0);
     int calls = 0, n_sessions = 0, n_threads = 0;
     for (int round = 0; round < 20; round++) {
         stub_reset(STUB_ECHO);
@@ -920,11 +935,30 @@ static void test_sequential_calls_meet_one_session(void **state)
         assert_int_equal(calls, 5 * N_CLIENTS);
         if (n_sessions == 1 && n_threads <= 2)
             break;
-        printf("round %d: %d sessions, %d threads\n", round, n_sessions, n_threads);
+        printf("%s round %d: %d sessions, %d threads\n", url, round, n_sessions, n_threads);
     }
     bfc_close(c);
     assert_int_equal(n_sessions, 1);
     assert_true(n_threads >= 1 && n_threads <= 2);
+}
+
+/* One caller's calls, one after another, are served with one engine session (so one
+ * PostgreSQL backend, warm) by at most two threads, though each pool has N_CLIENTS of each.
+ * On tls+tcp:// (nng) this proves two guards: the sessions are a stack lent per request (with
+ * a session per thread, the calls meet a session per thread that served them), and at most
+ * TRANSPORT_RECEIVERS (2) threads wait in recv (rep0 gives a request to the context that waited
+ * longest: with every thread waiting, sequential calls go to each thread in turn). On ipc://
+ * (native.c) epoll wakes the thread that waited last, so the calls meet one thread; that the
+ * sessions are a stack there too is not separately visible. Threads still coming back from an
+ * earlier burst (test_a_burst_wakes_every_thread) may each take a turn as a receiver before
+ * they park (CI: 3 threads), so a round of calls is repeated until one shows the settled
+ * state, a bounded number of times: without either nng guard no round ever does. */
+static void test_sequential_calls_meet_one_session(void **state)
+{
+    (void)state;
+    sequential_on(ipc_url, NULL);
+    if (have_tls)
+        sequential_on(tls_url, token_ok);
 }
 
 /* ---- request IDs --------------------------------------------------------------------------- */
