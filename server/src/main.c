@@ -61,22 +61,18 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     }
     reload->throttle = throttle;
 
-    bf_registry *registry = NULL;
-    srv_defdir *definition_files = NULL;
-    if (srv_registry_load(&registry, &definition_files, cfg, diag, sizeof diag) != BF_OK) {
-        bf_throttle_free(throttle);
-        return daemon_fail("definitions", diag);
-    }
-
     srv_auth *auth = NULL;
     srv_auth_config auth_cfg = srv_auth_config_from(cfg);
     if (srv_auth_new(&auth, &auth_cfg, diag, sizeof diag) != BF_OK) {
-        srv_registry_unload(registry, definition_files);
         bf_throttle_free(throttle);
         return daemon_fail("auth", diag);
     }
-
-    reload->definitions = definition_files;
+    bf_registry *registry = NULL;
+    if (bf_registry_new(&registry) != BF_OK) {
+        srv_auth_free(auth);
+        bf_throttle_free(throttle);
+        return daemon_fail("definitions", "cannot create the definitions registry");
+    }
 
     srv_context ctx;
     srv_context_init(&ctx, cfg, registry, auth);
@@ -86,15 +82,21 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     reload->auto_backfill = cfg->auto_backfill;
 
     int rc = 1;
+    srv_defdir *definition_files = NULL;
     srv_dispatcher *dispatcher = NULL;
     srv_transport *transport = NULL;
     srv_startup *startup = NULL;
     srv_http *http = NULL;
     srv_transport_config tcfg = srv_transport_config_from(cfg);
-    if (srv_dispatcher_new(&dispatcher, &ctx) != BF_OK ||
-        srv_dispatcher_add(dispatcher, srv_admin_service(), srv_admin_policies()) != BF_OK ||
-        srv_dispatcher_add(dispatcher, srv_readiness_service(), srv_readiness_policies()) !=
-            BF_OK) {
+    /* the sessions open while the definitions load (startup.h) */
+    if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
+        daemon_fail("startup", "cannot start the startup thread");
+    } else if (srv_registry_fill(registry, &definition_files, cfg, diag, sizeof diag) != BF_OK) {
+        daemon_fail("definitions", diag);
+    } else if (srv_dispatcher_new(&dispatcher, &ctx) != BF_OK ||
+               srv_dispatcher_add(dispatcher, srv_admin_service(), srv_admin_policies()) != BF_OK ||
+               srv_dispatcher_add(dispatcher, srv_readiness_service(), srv_readiness_policies()) !=
+                   BF_OK) {
         daemon_fail("dispatcher", "cannot register the services");
     } else if (srv_transport_new(&transport, dispatcher, &ctx, &tcfg, diag, sizeof diag) != BF_OK ||
                srv_transport_start(transport, diag, sizeof diag) != BF_OK) {
@@ -102,9 +104,9 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     } else if (cfg->http_listen != NULL &&
                srv_http_new(&http, cfg->http_listen, &ctx, metrics, diag, sizeof diag) != BF_OK) {
         daemon_fail("http_listen", diag);
-    } else if (srv_startup_begin(&startup, &ctx, cfg) != BF_OK) {
-        daemon_fail("startup", "cannot start the startup thread");
     } else {
+        reload->definitions = definition_files;
+        srv_startup_proceed(startup);
         srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STARTED,
                       "buzz-backfilld %s serving on %zu listener%s", BUZZ_VERSION, cfg->n_listen,
                       cfg->n_listen == 1 ? "" : "s");
@@ -120,8 +122,8 @@ static int daemon_serve(const srv_config *cfg, srv_metrics *metrics, srv_reload 
     srv_transport_free(transport);
     srv_dispatcher_free(dispatcher);
     srv_auth_free(auth);
-    srv_registry_unload(registry, definition_files);
-    bf_throttle_free(throttle); /* the workers that used it are joined */
+    srv_registry_unload(registry, definition_files); /* after every engine reading it is gone */
+    bf_throttle_free(throttle);                      /* the workers that used it are joined */
     if (rc == 0)
         srv_log_event(BF_LOG_INFO, BF_EV_SERVER_STOPPED, "stopped");
     return rc;

@@ -139,6 +139,42 @@ bool srv_signals_serve(srv_auth *auth, const srv_reload *reload)
 
 /* ---- composition helpers ------------------------------------------------------------------- */
 
+bf_err srv_registry_fill(bf_registry *reg, srv_defdir **files_out, const srv_config *cfg,
+                         char *diag, size_t diag_len)
+{
+    *files_out = NULL;
+    for (size_t i = 0; i < cfg->n_modules; i++) {
+        char why[256] = "";
+        bf_err err = bf_registry_load_module(reg, cfg->modules[i], why, sizeof why);
+        if (err != BF_OK) {
+            snprintf(diag, diag_len, "cannot load definitions module %s: %s", cfg->modules[i],
+                     why[0] ? why : bf_err_str(err));
+            return err;
+        }
+        srv_log(BF_LOG_INFO, "loaded definitions module %s", cfg->modules[i]);
+    }
+    srv_defdir *files = NULL;
+    if (cfg->definitions_dir != NULL) {
+        char why[BF_DIAG_MAX] = "";
+        bf_err err = srv_defdir_read(&files, cfg->definitions_dir, why, sizeof why);
+        if (err == BF_OK)
+            err = srv_defdir_register(files, reg, why, sizeof why);
+        if (err != BF_OK) {
+            snprintf(diag, diag_len, "cannot load definition files: %s",
+                     why[0] ? why : bf_err_str(err));
+            *files_out = files; /* reg may point into them: srv_registry_unload() frees both */
+            return err;
+        }
+        srv_log(BF_LOG_INFO, "loaded %zu definition file%s from %s", srv_defdir_count(files),
+                srv_defdir_count(files) == 1 ? "" : "s", cfg->definitions_dir);
+    }
+    if (bf_registry_count(reg) == 0)
+        srv_log(BF_LOG_WARN, "no definitions loaded: this process serves the admin API and runs "
+                             "no backfill");
+    *files_out = files;
+    return BF_OK;
+}
+
 bf_err srv_registry_load(bf_registry **out, srv_defdir **files_out, const srv_config *cfg,
                          char *diag, size_t diag_len)
 {
@@ -148,37 +184,12 @@ bf_err srv_registry_load(bf_registry **out, srv_defdir **files_out, const srv_co
         snprintf(diag, diag_len, "cannot create the definitions registry");
         return err;
     }
-    for (size_t i = 0; i < cfg->n_modules; i++) {
-        char why[256] = "";
-        err = bf_registry_load_module(reg, cfg->modules[i], why, sizeof why);
-        if (err != BF_OK) {
-            snprintf(diag, diag_len, "cannot load definitions module %s: %s", cfg->modules[i],
-                     why[0] ? why : bf_err_str(err));
-            bf_registry_free(reg);
-            return err;
-        }
-        srv_log(BF_LOG_INFO, "loaded definitions module %s", cfg->modules[i]);
+    if ((err = srv_registry_fill(reg, files_out, cfg, diag, diag_len)) != BF_OK) {
+        srv_registry_unload(reg, *files_out);
+        *files_out = NULL;
+        return err;
     }
-    srv_defdir *files = NULL;
-    if (cfg->definitions_dir != NULL) {
-        char why[BF_DIAG_MAX] = "";
-        err = srv_defdir_read(&files, cfg->definitions_dir, why, sizeof why);
-        if (err == BF_OK)
-            err = srv_defdir_register(files, reg, why, sizeof why);
-        if (err != BF_OK) {
-            snprintf(diag, diag_len, "cannot load definition files: %s",
-                     why[0] ? why : bf_err_str(err));
-            srv_registry_unload(reg, files);
-            return err;
-        }
-        srv_log(BF_LOG_INFO, "loaded %zu definition file%s from %s", srv_defdir_count(files),
-                srv_defdir_count(files) == 1 ? "" : "s", cfg->definitions_dir);
-    }
-    if (bf_registry_count(reg) == 0)
-        srv_log(BF_LOG_WARN, "no definitions loaded: this process serves the admin API and runs "
-                             "no backfill");
     *out = reg;
-    *files_out = files;
     return BF_OK;
 }
 
@@ -425,6 +436,9 @@ struct srv_startup {
      * restarted daemon among busy ones spent a third of its time to the first claim opening the
      * worker's session after the sequence (docs/benchmarks.md, "busy claim"). */
     int workers_gate;
+    /* Under mtx: set by srv_startup_proceed() once the registry is complete and the listeners
+     * are up; until then the sequence only opens sessions. */
+    bool proceed;
 };
 
 /* Sleep up to ms unless stopping; returns false when stopping. */
@@ -569,6 +583,25 @@ static bool startup_start_required(srv_startup *s, bf_engine *e)
     }
 }
 
+/* Wait for srv_startup_proceed(); false when stopping instead. */
+static bool startup_wait_proceed(srv_startup *s)
+{
+    pthread_mutex_lock(&s->mtx);
+    while (!s->proceed && !s->stopping)
+        pthread_cond_wait(&s->cond, &s->mtx);
+    bool go = !s->stopping;
+    pthread_mutex_unlock(&s->mtx);
+    return go;
+}
+
+void srv_startup_proceed(srv_startup *s)
+{
+    pthread_mutex_lock(&s->mtx);
+    s->proceed = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mtx);
+}
+
 /* ---- workers ------------------------------------------------------------------------------- */
 
 /* A connected worker waits here until the startup sequence is done; false: it is to end. */
@@ -696,7 +729,8 @@ static void *startup_main(void *arg)
     bf_engine *e = startup_connect(s, NULL);
     if (e != NULL)
         startup_spawn_workers(s); /* they open their sessions meanwhile, then wait */
-    bool done = e != NULL && startup_notify_status("checking the schema") && startup_schema(s, e) &&
+    bool done = e != NULL && startup_wait_proceed(s) &&
+                startup_notify_status("checking the schema") && startup_schema(s, e) &&
                 startup_notify_status("registering definitions") && startup_register(s, e) &&
                 startup_start_required(s, e);
     startup_workers_release(s, done);

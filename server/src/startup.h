@@ -2,9 +2,10 @@
  * startup.h - the parts main.c composes: logging, signals, the context and its subsystems'
  * configuration, and the startup sequence of DESIGN.md with the workers it ends in.
  *
- * Order (main.c): config -> logging -> signals blocked -> definitions modules -> auth ->
- * dispatcher + transport (the admin listener answers from here on, while serving is gated) ->
- * srv_startup_begin(), which runs on its own thread:
+ * Order (main.c): config -> logging -> signals blocked -> auth -> srv_startup_begin(), whose
+ * thread opens the database sessions meanwhile -> definitions modules and files -> dispatcher +
+ * transport (the admin listener answers from here on, while serving is gated) ->
+ * srv_startup_proceed(), after which the startup thread goes on:
  *   database (retry with backoff) -> migrations (auto_migrate) or bf_schema_check (a missing or
  *   incompatible schema is reported and re-checked, never papered over) -> registration of every
  *   definition (the complete required set, before anything starts) -> bf_start_required
@@ -61,6 +62,11 @@ void srv_fd_limit_raise(const srv_config *cfg);
  * definitions: release both with srv_registry_unload(). */
 bf_err srv_registry_load(bf_registry **out, srv_defdir **files_out, const srv_config *cfg,
                          char *diag, size_t diag_len);
+/* The same into reg, an empty registry that sessions may already hold (bf_registry is
+ * append-only; they only read it). On error the caller discards reg and *files_out (which may
+ * hold files reg points into) with srv_registry_unload(), after whatever reads reg is gone. */
+bf_err srv_registry_fill(bf_registry *reg, srv_defdir **files_out, const srv_config *cfg,
+                         char *diag, size_t diag_len);
 void srv_registry_unload(bf_registry *reg, srv_defdir *files);
 
 /* The subsystems' configurations, borrowing strings from cfg. */
@@ -85,8 +91,16 @@ int srv_preflight_command(const srv_config *cfg);
 
 typedef struct srv_startup srv_startup;
 
-/* Start the sequence above on its own thread. cfg and ctx must outlive the srv_startup. */
+/* Start the sequence above on its own thread. cfg and ctx must outlive the srv_startup. It
+ * opens the database sessions (its own and the workers') and then waits for
+ * srv_startup_proceed() before it reads the schema or touches the registry, so that main.c can
+ * start it before the definitions are loaded and the listeners are up: opening sessions is most
+ * of a restart's wait on a busy database, and it needs neither. (A daemon that then fails to
+ * load its definitions stops it and exits having touched nothing; srv_startup_free() waits for
+ * a connection attempt in progress, at most libpq's connect timeout.) */
 bf_err srv_startup_begin(srv_startup **out, srv_context *ctx, const srv_config *cfg);
+/* The registry is complete and the listeners are up: the sequence may go on. Thread-safe. */
+void srv_startup_proceed(srv_startup *s);
 /* Ask the sequence and every worker to stop: a batch in flight commits or rolls back, claims
  * are released. Returns at once; thread-safe. */
 void srv_startup_stop(srv_startup *s);

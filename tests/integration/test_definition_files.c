@@ -21,12 +21,14 @@
  *               column the table lacks and a key type that is not the column's (Start is
  *               refused naming the column), a file changed under a loaded stable ID (SIGHUP
  *               refuses it and the loaded definition keeps running), a file writable by others
- *               (refused at start).
+ *               (refused at start), and a bad file while the startup session is already open
+ *               on a fresh database with auto_migrate on (nothing is migrated).
  *
  * Falsified: without deffile_mutate's statements (return BF_OK before them) the run's rows stay
  * unrepaired and validation fails; without deffile_validate's count check the validate test
  * completes; without the reload's comparison the changed file is not reported; without the
- * mode check the writable file loads.
+ * mode check the writable file loads; without startup_wait_proceed the fresh database is
+ * migrated.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -327,6 +329,38 @@ static void test_bad_syntax(void **state)
     assert_start_refused(want);
 }
 
+/* A definitions phase that fails leaves the database as it was, though the startup session
+ * was open while it ran: the module's load barrier (BUZZ_TEST_LOAD_BARRIER) holds the phase
+ * until the daemon's own session is open (proving that it opens meanwhile, server/src/main.c),
+ * then a bad file fails it. The guard: the startup thread waits for srv_startup_proceed()
+ * before the schema step (startup.c startup_wait_proceed); without it the daemon migrates a
+ * fresh database with auto_migrate on, then exits on the bad file. */
+static void test_bad_files_migrate_nothing(void **state)
+{
+    (void)state;
+    bd_defs_clear();
+    write_def("b.def", "id = rt.items.fixed_v1\ntable = rt.items\nbatch_size 100\n", 0644);
+    const char *fresh = bd_db_new("deffiles_fresh");
+    bd_options o = opts(30000);
+    o.conninfo = fresh;
+    o.auto_migrate = true;
+    o.definitions = ""; /* the test module, with no definitions: its load barrier only */
+    assert_int_equal(setenv("BUZZ_TEST_LOAD_BARRIER", fresh, 1), 0);
+    bd_daemon d;
+    bd_launch(&d, &o);
+    assert_int_equal(unsetenv("BUZZ_TEST_LOAD_BARRIER"), 0);
+    assert_int_equal(bd_signal_wait(&d, 0), 1);
+    if (!bd_log_contains(&d, "td: load barrier: session open"))
+        fail_msg("the startup session was not open while the definitions loaded; see %s", d.log);
+    if (!bd_log_contains(&d, "definitions: cannot load definition files"))
+        fail_msg("the daemon did not refuse the bad file; see %s", d.log);
+    PGconn *c = bd_connect(fresh);
+    assert_int_equal(bt_int(c, "SELECT count(*) FROM pg_namespace WHERE nspname = 'buzz_backfill'"),
+                     0);
+    PQfinish(c);
+    bd_db_drop_last();
+}
+
 static void test_unknown_field(void **state)
 {
     (void)state;
@@ -437,6 +471,7 @@ int main(void)
         cmocka_unit_test_teardown(test_run_with_writes_and_kill, test_teardown),
         cmocka_unit_test(test_validate_statement_fails_named),
         cmocka_unit_test(test_bad_syntax),
+        cmocka_unit_test(test_bad_files_migrate_nothing),
         cmocka_unit_test(test_unknown_field),
         cmocka_unit_test(test_writable_file),
         cmocka_unit_test(test_missing_key_column),

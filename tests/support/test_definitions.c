@@ -10,6 +10,10 @@
  *   BUZZ_TEST_REVISION     informational revision metadata of every definition (default "r1")
  *   BUZZ_TEST_MANY         a count N (1..100000): N more definitions "dash.many.00001_v1" ...
  *                          over public.dash_many (test_dash: a dashboard of 10,000 backfills)
+ *   BUZZ_TEST_LOAD_BARRIER a conninfo: loading the module (the daemon's definitions phase)
+ *                          waits until a buzz-backfill session of the daemon is open on that
+ *                          database (at most 30 s), then writes "td: load barrier: session
+ *                          open" or "td: load barrier: no session" to stderr (the daemon's log)
  *
  * so one module file serves as "the same definitions module" for two processes and as "a
  * module lacking the definition" for a third. Every definition is declarative; tests make the
@@ -21,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
 
 #include "buzz/definition.h"
 
@@ -261,9 +268,32 @@ static void td_many(long n, const char *revision)
     td_many_ids = ids;
 }
 
+/* BUZZ_TEST_LOAD_BARRIER: hold the definitions phase until the daemon's own startup session
+ * (application_name "buzz-backfill ...") is open on the database; test_definition_files. */
+static void td_load_barrier(const char *conninfo)
+{
+    PGconn *c = PQconnectdb(conninfo);
+    bool open = false;
+    for (int i = 0; i < 3000 && !open && PQstatus(c) == CONNECTION_OK; i++) {
+        PGresult *r = PQexec(c, "SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                                " AND datname = current_database()"
+                                " AND application_name LIKE 'buzz-backfill%'");
+        open = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0;
+        PQclear(r);
+        struct timespec ts = {0, 10 * 1000000L}; /* polls a condition; orders nothing itself */
+        if (!open)
+            nanosleep(&ts, NULL);
+    }
+    PQfinish(c);
+    fprintf(stderr, "td: load barrier: %s\n", open ? "session open" : "no session");
+}
+
 /* Runs when the daemon dlopen()s the module, before it reads buzz_backfill_module. */
 __attribute__((constructor)) static void td_init(void)
 {
+    const char *barrier = getenv("BUZZ_TEST_LOAD_BARRIER");
+    if (barrier != NULL && barrier[0] != '\0')
+        td_load_barrier(barrier);
     const char *list = getenv("BUZZ_TEST_DEFINITIONS");
     const char *revision = getenv("BUZZ_TEST_REVISION");
     if (revision == NULL || revision[0] == '\0')
