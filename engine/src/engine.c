@@ -29,7 +29,7 @@
 #include "internal.h"
 
 /* Session settings every engine connection runs with. The timeouts bound every lock the
- * session can hold or wait for (engine_session_timeouts): statement_timeout and lock_timeout
+ * session can hold or wait for (engine_session_configure): statement_timeout and lock_timeout
  * for every statement (claims, renewals, registration, admin actions, reads; the batch loop
  * raises statement_timeout for its CALL only), and idle_in_transaction_session_timeout so that
  * a client stopped inside a transaction (SIGSTOP, a hung host) loses its session, and with it
@@ -37,7 +37,7 @@
 static const char session_setup[] =
     "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex';"
     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;"
-    "SET application_name = 'buzz-backfill'; SET client_min_messages = 'warning';"
+    "SET client_min_messages = 'warning';"
     /* the batch loop's transactions start with the session's default: READ COMMITTED, as the
      * fence is designed (a pause meeting a batch in flight fails the fence's re-check of the
      * row's newest version, where REPEATABLE READ would raise a serialization failure) */
@@ -47,44 +47,6 @@ static const char session_setup[] =
 int bf__idle_tx_timeout_ms(const bf_engine *e)
 {
     return e->lease_ms / 2;
-}
-
-/* application_name "buzz-backfill <owner>" (PostgreSQL keeps 63 bytes of it): operators see in
- * pg_stat_activity which process and worker a session belongs to. */
-static bf_err engine_session_name(bf_engine *e)
-{
-    char name[BF_OWNER_MAX + 16];
-    bf__format(name, sizeof name, "buzz-backfill %s", e->owner);
-    const char *params[] = {name};
-    PGresult *r = PQexecParams(e->conn, "SELECT set_config('application_name', $1, false)", 1, NULL,
-                               params, NULL, NULL, 0);
-    bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-    PQclear(r);
-    if (!ok) {
-        bf__log(e, BF_LOG_ERROR, "could not name the session: %s", PQerrorMessage(e->conn));
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
-    }
-    return BF_OK;
-}
-
-/* SET the session's timeouts (the ones a step's CALL changes and restores too). */
-static bf_err engine_session_timeouts(bf_engine *e)
-{
-    char sql[256];
-    int n = snprintf(sql, sizeof sql,
-                     "SET statement_timeout = %d; SET lock_timeout = %d;"
-                     " SET idle_in_transaction_session_timeout = %d",
-                     e->statement_timeout_ms, e->lock_timeout_ms, bf__idle_tx_timeout_ms(e));
-    if (n < 0 || (size_t)n >= sizeof sql)
-        return bf__diag(e, BF_ERR_INTERNAL, "session timeouts do not fit their statement");
-    PGresult *r = PQexec(e->conn, sql);
-    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    if (!ok) {
-        bf__log(e, BF_LOG_ERROR, "could not set session timeouts: %s", PQerrorMessage(e->conn));
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
-    }
-    return BF_OK;
 }
 
 /* TCP liveness of the session, both ends (design notes): a peer that vanishes without a word (a
@@ -140,21 +102,40 @@ static void engine_tcp_effective(PGconn *conn, engine_tcp *t)
     PQconninfoFree(opts);
 }
 
-/* The server's side: the backend's keepalives and user timeout (each user-settable). */
-static bf_err engine_session_tcp(bf_engine *e, const engine_tcp *t)
+/* The rest of the session's settings, in the same round trip as session_setup (a session
+ * costs its backend a handful of round trips before its first statement; on a busy server each
+ * waits for a CPU, and a restarted daemon's first claim waits for its sessions, issue 26): the
+ * timeouts (design notes above), the server's side of the TCP liveness (the backend's
+ * keepalives and user timeout, each user-settable) and application_name "buzz-backfill <owner>"
+ * (PostgreSQL keeps 63 bytes of it: operators see in pg_stat_activity which process and worker
+ * a session belongs to; quoted by libpq, the owner is the host name). */
+static bf_err engine_session_configure(bf_engine *e, const engine_tcp *t)
 {
-    char sql[256];
+    char name[BF_OWNER_MAX + 16];
+    bf__format(name, sizeof name, "buzz-backfill %s", e->owner);
+    char *quoted = PQescapeLiteral(e->conn, name, strlen(name));
+    if (quoted == NULL) {
+        bf__log(e, BF_LOG_ERROR, "could not name the session: %s", PQerrorMessage(e->conn));
+        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
+    }
+    char sql[sizeof session_setup + 512 + sizeof name * 2];
     int n = snprintf(sql, sizeof sql,
-                     "SET tcp_keepalives_idle = %s; SET tcp_keepalives_interval = %s;"
-                     " SET tcp_keepalives_count = %s; SET tcp_user_timeout = %s",
-                     t->idle_s, t->interval_s, t->count, t->user_timeout_ms);
+                     "%s; SET statement_timeout = %d; SET lock_timeout = %d;"
+                     " SET idle_in_transaction_session_timeout = %d;"
+                     " SET tcp_keepalives_idle = %s; SET tcp_keepalives_interval = %s;"
+                     " SET tcp_keepalives_count = %s; SET tcp_user_timeout = %s;"
+                     " SET application_name = %s",
+                     session_setup, e->statement_timeout_ms, e->lock_timeout_ms,
+                     bf__idle_tx_timeout_ms(e), t->idle_s, t->interval_s, t->count,
+                     t->user_timeout_ms, quoted);
+    PQfreemem(quoted);
     if (n < 0 || (size_t)n >= sizeof sql)
-        return bf__diag(e, BF_ERR_INTERNAL, "session keepalives do not fit their statement");
+        return bf__diag(e, BF_ERR_INTERNAL, "session settings do not fit their statement");
     PGresult *r = PQexec(e->conn, sql);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {
-        bf__log(e, BF_LOG_ERROR, "could not set session keepalives: %s", PQerrorMessage(e->conn));
+        bf__log(e, BF_LOG_ERROR, "session setup failed: %s", PQerrorMessage(e->conn));
         return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
     }
     return BF_OK;
@@ -266,22 +247,8 @@ static bf_err engine_connect(bf_engine *e)
     }
     e->goodbye = false;
     PQsetNoticeReceiver(e->conn, bf__notice, e);
-    PGresult *r = PQexec(e->conn, session_setup);
-    ExecStatusType st = PQresultStatus(r);
-    if (st == PGRES_TUPLES_OK)
-        st = PGRES_COMMAND_OK;
-    PQclear(r);
-    if (st != PGRES_COMMAND_OK) {
-        bf__log(e, BF_LOG_ERROR, "session setup failed: %s", PQerrorMessage(e->conn));
-        return bf__diag(e, BF_ERR_UNAVAILABLE, "could not configure database session");
-    }
-    bf_err err = engine_session_timeouts(e);
-    if (err == BF_OK) {
-        engine_tcp_effective(e->conn, &tcp);
-        err = engine_session_tcp(e, &tcp);
-    }
-    if (err == BF_OK)
-        err = engine_session_name(e);
+    engine_tcp_effective(e->conn, &tcp);
+    bf_err err = engine_session_configure(e, &tcp);
     if (err != BF_OK)
         return err;
     if (e->prepared != NULL)
