@@ -304,12 +304,26 @@ static void register_element(bf_strbuf *sb, bool first, const char *s)
 #define BF_REGISTER_CHUNK 1000 /* definitions per statement */
 
 /* The upsert of bf_register() for a set of rows: one array parameter per column, unnested; the
- * IDs written come back in byte order (COLLATE "C", strcmp's) to be merged with the input. */
+ * IDs registered come back in byte order (COLLATE "C", strcmp's) to be merged with the input.
+ * A row already stored exactly as given (every column the same, the digest recorded) is not
+ * written again (`same`): a daemon's restart registered every definition anew, each an update
+ * with its new row version, WAL, index entries and a row lock, for nothing (issue 26: a
+ * thousand of them on every restart); it counts as registered. Both reads of the table see the
+ * statement's snapshot; a row inserted or changed meanwhile by another process goes through the
+ * upsert (its conflict path sees the newest version) and its fences as before. */
 static const char register_many_sql[] =
-    "WITH written AS (INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
+    "WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::boolean[],"
+    " $5::text[], $6::text[], $7::text[], $8::text[]) AS i(id, key_types, batch_size, required,"
+    " description, owner_meta, revision, definition_digest)),"
+    " same AS (SELECT i.id FROM i JOIN buzz_backfill.backfill b ON b.id = i.id"
+    " WHERE b.key_types = i.key_types AND b.definition_digest = i.definition_digest"
+    " AND b.batch_size = i.batch_size AND b.required = i.required"
+    " AND b.description IS NOT DISTINCT FROM i.description"
+    " AND b.owner_meta IS NOT DISTINCT FROM i.owner_meta"
+    " AND b.revision IS NOT DISTINCT FROM i.revision),"
+    " written AS (INSERT INTO buzz_backfill.backfill AS b (id, key_types, batch_size, required,"
     " description, owner_meta, revision, definition_digest)"
-    " SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::boolean[], $5::text[],"
-    " $6::text[], $7::text[], $8::text[])"
+    " SELECT * FROM i WHERE i.id NOT IN (SELECT id FROM same)"
     " ON CONFLICT (id) DO UPDATE SET batch_size = EXCLUDED.batch_size,"
     " required = EXCLUDED.required, description = EXCLUDED.description,"
     " owner_meta = EXCLUDED.owner_meta, revision = EXCLUDED.revision,"
@@ -318,7 +332,8 @@ static const char register_many_sql[] =
     " WHERE b.key_types = EXCLUDED.key_types AND (b.definition_digest IS NULL"
     " OR b.definition_digest = EXCLUDED.definition_digest)"
     " RETURNING b.id)"
-    " SELECT id FROM written ORDER BY id COLLATE \"C\"";
+    " SELECT id FROM (SELECT id FROM written UNION ALL SELECT id FROM same) r"
+    " ORDER BY id COLLATE \"C\"";
 
 typedef struct register_order {
     const char *id;

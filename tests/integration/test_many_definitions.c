@@ -5,7 +5,9 @@
  *   engine      10,000 definitions added to a registry in one batch (bf_registry_batch_begin/
  *               end) and registered with bf_register_many (ten statements of 1,000): every one
  *               is found in the registry, its row exists with its digest, and the ID list the
- *               engine's queries name holds all of them. A second registry holding the same IDs,
+ *               engine's queries name holds all of them. The same set registered again (a
+ *               restart) is registered whole and writes no row (every row's version the same).
+ *               A second registry holding the same IDs,
  *               two of them materially different (another table; other key types), registers
  *               again: those two, and only they, come back BF_ERR_INCOMPATIBLE, their rows
  *               untouched, while the others' metadata is updated (last registration wins);
@@ -21,7 +23,11 @@
  *     BF_ERR_INCOMPATIBLE` replaced by BF_OK): engine fails ("mt.d_04321: ok, not definition
  *     cannot interpret the stored backfill") and daemon fails (the refusal is never logged);
  *   - bf_register_many's chunk loop made to stop after the first chunk: engine fails (1000
- *     rows, not 10000) and daemon fails ("did not register 10000 definitions within 60 s").
+ *     rows, not 10000) and daemon fails ("did not register 10000 definitions within 60 s");
+ *   - register_many_sql's `same` (the rows stored as given, not written again) made empty
+ *     (`AND false`): engine fails (the rows' versions change);
+ *   - `same` not returned as registered (UNION ALL removed): engine fails ("again, mt.d_00000:
+ *     definition cannot interpret the stored backfill").
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,6 +120,17 @@ static void test_engine_registers_many(void **state)
                                 " AND description = 'one of many \"quoted\" \\ definitions,"
                                 " {braced}'"),
                      MANY);
+    /* the same set again (a restart): every one registered, and no row written again */
+    static const char versions[] =
+        "SELECT md5(string_agg(xmin::text || ctid::text, ',' ORDER BY id))"
+        " FROM buzz_backfill.backfill";
+    char before[40];
+    snprintf(before, sizeof before, "%s", bt_text(pg, versions));
+    assert_int_equal(register_all(e, defs, errs), BF_OK);
+    for (int i = 0; i < MANY; i++)
+        if (errs[i] != BF_OK)
+            fail_msg("again, %s: %s", ids[i], bf_err_str(errs[i]));
+    assert_string_equal(bt_text(pg, versions), before);
     /* the same IDs again, two of them materially different */
     make_defs(again, "r2");
     again[ODD_TAB].table = "mt.other";
