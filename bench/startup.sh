@@ -4,8 +4,8 @@
 # is not running (and stops it again afterwards in that case); creates a throwaway database,
 # migrates it and runs the program, which starts buzz-backfilld on generated definitions
 # directories of 1, 1,000 and 10,000 files, and with 1,000 files on an idle database and while four
-# other daemons' 16 workers run backfills. Everything is removed at the end. Results go to
-# stdout.
+# other daemons' 16 workers run backfills (a first start, and a restart of a daemon whose rows
+# are registered). Everything is removed at the end. Results go to stdout.
 #
 # Usage: bench/startup.sh [startup options...]   e.g. --rounds 5
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
