@@ -25,7 +25,10 @@ static bool strbuf_reserve(bf_strbuf *sb, size_t extra)
         return false;
     if (sb->len + extra + 1 <= sb->cap)
         return true;
-    size_t cap = sb->cap ? sb->cap : 256;
+    /* most of what is built here is a statement of one to four kB: start at their size, so a
+     * statement takes one allocation instead of a chain of copies (bf__strbuf_take gives the
+     * rest back) */
+    size_t cap = sb->cap ? sb->cap : 4096;
     while (cap < sb->len + extra + 1)
         cap *= 2;
     char *p = realloc(sb->data, cap);
@@ -87,6 +90,13 @@ char *bf__strbuf_take(bf_strbuf *sb)
     char *s = sb->failed ? NULL : sb->data;
     if (sb->failed)
         free(sb->data);
+    if (s != NULL && sb->len + 1 < sb->cap) {
+        /* kept for the registry's lifetime: without the slack (the allocator shrinks it in
+         * place, and the next statement's buffer reuses what it gives back) */
+        char *fit = realloc(s, sb->len + 1);
+        if (fit != NULL)
+            s = fit;
+    }
     if (s == NULL && !sb->failed)
         s = calloc(1, 1);
     bf__strbuf_init(sb);
