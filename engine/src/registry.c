@@ -30,9 +30,12 @@
  */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "strbuf.h"
@@ -290,31 +293,35 @@ bf_err bf_registry_batch_end(bf_registry *reg)
     return err;
 }
 
-bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len)
+/* The checks of an add that need no compiling: the definition's own, its ID not registered
+ * (*at: the index slot it takes), room for entry n and the chunk it lives in. */
+static bf_err registry_admit(bf_registry *reg, const bf_definition *def, size_t n, size_t *at,
+                             char *diag, size_t diag_len)
 {
-    if (reg == NULL || def == NULL)
-        return BF_ERR_INVALID_ARGUMENT;
     bf_err err = definition_check(def, diag, diag_len);
     if (err != BF_OK)
         return err;
     bool found = false;
-    size_t at = registry_probe(reg, def->id, &found);
+    *at = registry_probe(reg, def->id, &found);
     if (found)
         return def_error(diag, diag_len, def->id, "stable id registered twice in this process");
-    size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
     if (n == BF_REGISTRY_MAX)
         return def_error(diag, diag_len, def->id, "the registry holds its maximum of definitions");
     bf_compiled **chunk = &reg->chunks[n / BF_REGISTRY_CHUNK];
     if (*chunk == NULL && (*chunk = calloc(BF_REGISTRY_CHUNK, sizeof **chunk)) == NULL)
         return BF_ERR_NOMEM;
-    bf_compiled *slot = registry_slot(reg, n);
-    if ((err = bf__compile(def, n, slot)) != BF_OK)
-        return err;
+    return BF_OK;
+}
+
+/* Make entry n, compiled in its slot, visible at index slot at; on error the slot is emptied. */
+static bf_err registry_publish(bf_registry *reg, size_t n, size_t at)
+{
     /* outside a batch the literals name it as it joins; all or nothing: they are built first
      * (from the entry, not visible yet), so nothing published can fail */
     char *all = NULL, *required = NULL;
+    bf_err err;
     if (reg->batch_depth == 0 && (err = registry_build_ids(reg, n + 1, &all, &required)) != BF_OK) {
-        bf__compiled_fini(slot);
+        bf__compiled_fini(registry_slot(reg, n));
         return err;
     }
     /* the entry is whole: readers may see it from here on (its index slot, the count, then
@@ -327,6 +334,122 @@ bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, s
     if (reg->batch_depth == 0)
         registry_publish_ids(reg, n + 1, all, required);
     return BF_OK;
+}
+
+bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len)
+{
+    if (reg == NULL || def == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    size_t n = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
+    size_t at = 0;
+    bf_err err = registry_admit(reg, def, n, &at, diag, diag_len);
+    if (err == BF_OK)
+        err = bf__compile(def, n, registry_slot(reg, n));
+    return err == BF_OK ? registry_publish(reg, n, at) : err;
+}
+
+/* ---- many at once: compiled on several threads ------------------------------------------ */
+
+#define REGISTRY_COMPILE_THREADS 4  /* at most; never more than the CPUs online */
+#define REGISTRY_COMPILE_MIN     64 /* fewer definitions are compiled on the caller's thread */
+
+typedef struct registry_compiler {
+    bf_registry *reg;
+    const bf_definition *const *defs;
+    size_t base, n, first, step; /* compiles defs[first], defs[first + step], ... */
+    bf_err *errs;
+    pthread_t thread;
+} registry_compiler;
+
+static void *registry_compile_part(void *arg)
+{
+    registry_compiler *k = arg;
+    for (size_t i = k->first; i < k->n; i += k->step)
+        k->errs[i] = bf__compile(k->defs[i], k->base + i, registry_slot(k->reg, k->base + i));
+    return NULL;
+}
+
+/* Compile defs[0..n) into entries base.. (chunks allocated): each definition's SQL depends on
+ * nothing but the definition and its place, so the work splits across threads; the caller
+ * joins them before anything is published (the join orders the slots' stores before it). */
+static void registry_compile(bf_registry *reg, const bf_definition *const *defs, size_t base,
+                             size_t n, bf_err *errs)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t threads = n < REGISTRY_COMPILE_MIN || cpus < 2 ? 1
+                     : cpus < REGISTRY_COMPILE_THREADS    ? (size_t)cpus
+                                                          : REGISTRY_COMPILE_THREADS;
+    registry_compiler parts[REGISTRY_COMPILE_THREADS];
+    size_t started = 0;
+    for (size_t t = 1; t < threads; t++) {
+        parts[t] = (registry_compiler){reg, defs, base, n, t, threads, errs, 0};
+        if (pthread_create(&parts[t].thread, NULL, registry_compile_part, &parts[t]) != 0)
+            break;
+        started = t;
+    }
+    /* this thread takes part 0 and every part whose thread could not start */
+    for (size_t t = 0; t < threads; t++) {
+        if (t != 0 && t <= started)
+            continue;
+        parts[t] = (registry_compiler){reg, defs, base, n, t, threads, errs, 0};
+        registry_compile_part(&parts[t]);
+    }
+    for (size_t t = 1; t <= started; t++)
+        pthread_join(parts[t].thread, NULL);
+}
+
+bf_err bf_registry_add_many(bf_registry *reg, const bf_definition *const *defs, size_t n,
+                            size_t *added, char *diag, size_t diag_len)
+{
+    if (added != NULL)
+        *added = 0;
+    if (reg == NULL || (n > 0 && defs == NULL))
+        return BF_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++)
+        if (defs[i] == NULL)
+            return BF_ERR_INVALID_ARGUMENT;
+    if (sodium_init() < 0) /* before the threads (bf__compile calls it too) */
+        return BF_ERR_INTERNAL;
+    bf_registry_batch_begin(reg);
+    size_t base = atomic_load_explicit(&reg->count, memory_order_relaxed); /* the only writer */
+    /* the checks against the registry, in order, up to the first that fails (duplicates
+     * within defs are found as they are published) */
+    bf_err err = BF_OK;
+    size_t admitted = 0, at = 0;
+    while (admitted < n && (err = registry_admit(reg, defs[admitted], base + admitted, &at, diag,
+                                                 diag_len)) == BF_OK)
+        admitted++;
+    bf_err *errs = calloc(admitted ? admitted : 1, sizeof *errs);
+    if (errs == NULL) {
+        (void)bf_registry_batch_end(reg);
+        return BF_ERR_NOMEM;
+    }
+    registry_compile(reg, defs, base, admitted, errs);
+    size_t i = 0;
+    for (; i < admitted; i++) {
+        if (errs[i] != BF_OK) {
+            if (diag != NULL && diag_len > 0)
+                bf__format(diag, diag_len, "definition %s: %s", defs[i]->id, bf_err_str(errs[i]));
+            err = errs[i];
+            break;
+        }
+        bool found = false;
+        at = registry_probe(reg, defs[i]->id, &found);
+        if (found) {
+            err = def_error(diag, diag_len, defs[i]->id,
+                            "stable id registered twice in this process");
+            break;
+        }
+        (void)registry_publish(reg, base + i, at); /* in a batch: cannot fail */
+    }
+    for (size_t j = i; j < admitted; j++) /* compiled, not published */
+        if (errs[j] == BF_OK)
+            bf__compiled_fini(registry_slot(reg, base + j));
+    free(errs);
+    if (added != NULL)
+        *added = i;
+    bf_err end = bf_registry_batch_end(reg);
+    return err != BF_OK ? err : end;
 }
 
 bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, size_t diag_len)
@@ -349,8 +472,8 @@ bf_err bf_registry_load_module(bf_registry *reg, const char *path, char *diag, s
     }
     size_t before = atomic_load_explicit(&reg->count, memory_order_relaxed);
     bf_registry_batch_begin(reg); /* the literals are rebuilt once, for the whole module */
-    for (size_t i = 0; err == BF_OK && mod != NULL && i < mod->count; i++)
-        err = bf_registry_add(reg, mod->definitions[i], diag, diag_len);
+    if (err == BF_OK)
+        err = bf_registry_add_many(reg, mod->definitions, mod->count, NULL, diag, diag_len);
     if (err == BF_OK) {
         void **mods = realloc(reg->modules, (reg->nmodules + 1) * sizeof *mods);
         if (mods == NULL)

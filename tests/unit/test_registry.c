@@ -22,6 +22,13 @@
  * rebuilt during the batch (add 1)"), and an ID never added is not found. Seen failing with
  * registry_probe's ID comparison removed (the first slot taken as a match): "add 504: ...
  * stable id registered twice in this process".
+ *
+ * test_registry_add_many (the definitions directory compiled on several threads): the entries
+ * bf_registry_add_many adds are those of the same adds one by one, in the same places, with the
+ * same SQL (the loop procedure names the place), and it stops where the adds would (a duplicate
+ * within the set, a refused definition), freeing what it compiled past the stop. Seen failing
+ * with registry_compile_part's place off by one (base + i + 1): "compiled differently", and
+ * with the publish loop's duplicate probe removed: the duplicate joined.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -305,6 +312,93 @@ static void test_registry_batch(void **state)
     bf_registry_free(reg);
 }
 
+#define MANY_N 3000
+
+static bool same_sql(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* A registry of n definitions added one by one (the reference) and one added with
+ * bf_registry_add_many (compiled on several threads): the same entries, in the same order, with
+ * the same SQL, their loop procedures named by their places included. */
+static void test_registry_add_many(void **state)
+{
+    (void)state;
+    static bf_definition defs[MANY_N];
+    static const bf_definition *ptrs[MANY_N];
+    static char ids[MANY_N][32];
+    for (int i = 0; i < MANY_N; i++) {
+        snprintf(ids[i], sizeof ids[i], "items.many_%05d", i);
+        defs[i] = good();
+        defs[i].id = ids[i];
+        defs[i].required = i % 3 == 0;
+        defs[i].batch_size = 1 + i; /* each definition's SQL its own */
+        ptrs[i] = &defs[i];
+    }
+    bf_definition first = good(); /* a module's entry before them: the places start at 1 */
+    bf_registry *ref = NULL, *reg = NULL;
+    char diag[BF_DIAG_MAX] = "";
+    assert_int_equal(bf_registry_new(&ref), BF_OK);
+    assert_int_equal(bf_registry_new(&reg), BF_OK);
+    assert_int_equal(bf_registry_add(ref, &first, diag, sizeof diag), BF_OK);
+    assert_int_equal(bf_registry_add(reg, &first, diag, sizeof diag), BF_OK);
+    for (int i = 0; i < MANY_N; i++)
+        assert_int_equal(bf_registry_add(ref, &defs[i], diag, sizeof diag), BF_OK);
+    size_t added = 0;
+    if (bf_registry_add_many(reg, ptrs, MANY_N, &added, diag, sizeof diag) != BF_OK)
+        fail_msg("add_many: %s", diag);
+    assert_int_equal(added, MANY_N);
+    assert_int_equal(bf_registry_count(reg), MANY_N + 1);
+    for (int i = 0; i < MANY_N; i++) {
+        size_t at = 0, ref_at = 0;
+        const bf_compiled *c = bf__registry_compiled(reg, ids[i], &at);
+        const bf_compiled *r = bf__registry_compiled(ref, ids[i], &ref_at);
+        assert_non_null(c);
+        assert_ptr_equal(c->def, &defs[i]);
+        assert_int_equal(at, ref_at);
+        if (!same_sql(c->sql_loop, r->sql_loop) || !same_sql(c->sql_call, r->sql_call) ||
+            !same_sql(c->sql_bound, r->sql_bound) ||
+            !same_sql(c->sql_vchunk[0], r->sql_vchunk[0]) ||
+            !same_sql(c->sql_plan_update, r->sql_plan_update) ||
+            strcmp(c->digest, r->digest) != 0 || strcmp(c->key_types, r->key_types) != 0)
+            fail_msg("%s compiled differently than by bf_registry_add", ids[i]);
+    }
+    assert_string_equal(bf__registry_ids(reg, false), bf__registry_ids(ref, false));
+    assert_string_equal(bf__registry_ids(reg, true), bf__registry_ids(ref, true));
+    bf_registry_free(ref);
+    bf_registry_free(reg);
+
+    /* it stops at the first that fails, as the adds would: a duplicate within the set, and a
+     * definition its checks refuse; what came before joined, nothing after */
+    static const struct {
+        int at;
+        const char *why;
+    } stops[] = {{2000, "registered twice"}, {1500, "batch_size"}};
+    for (size_t k = 0; k < sizeof stops / sizeof stops[0]; k++) {
+        int at = stops[k].at;
+        bf_definition bad = defs[at];
+        if (k == 0)
+            bad.id = ids[100];
+        else
+            bad.batch_size = 0;
+        ptrs[at] = &bad;
+        assert_int_equal(bf_registry_new(&reg), BF_OK);
+        diag[0] = '\0';
+        assert_int_equal(bf_registry_add_many(reg, ptrs, MANY_N, &added, diag, sizeof diag),
+                         BF_ERR_DEFINITION);
+        assert_int_equal(added, (size_t)at);
+        if (strstr(diag, stops[k].why) == NULL)
+            fail_msg("stop at %d: %s", at, diag);
+        assert_int_equal(bf_registry_count(reg), (size_t)at);
+        assert_ptr_equal(bf_registry_find(reg, ids[at - 1]), &defs[at - 1]);
+        assert_null(bf_registry_find(reg, ids[at + 1]));
+        assert_non_null(strstr(bf__registry_ids(reg, false), ids[at - 1]));
+        bf_registry_free(reg); /* ASan: what was compiled after the stop is freed */
+        ptrs[at] = &defs[at];
+    }
+}
+
 static void test_id_format(void **state)
 {
     assert_true(bf_id_valid("events.content_len_v1"));
@@ -434,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_registry_grows_under_readers),
         cmocka_unit_test(test_registry_half_published),
         cmocka_unit_test(test_registry_batch),
+        cmocka_unit_test(test_registry_add_many),
         cmocka_unit_test(test_id_format),
         cmocka_unit_test(test_sqlstate_table),
         cmocka_unit_test(test_format_cut_keeps_utf8),

@@ -192,6 +192,14 @@ void bf_registry_free(bf_registry *reg);
  * (may be NULL) gets a bounded reason. */
 bf_err bf_registry_add(bf_registry *reg, const bf_definition *def, char *diag, size_t diag_len);
 
+/* Add defs[0..n) in order, as n bf_registry_add() calls in a batch of their own would (the
+ * same checks; it stops at the first that fails, whose reason diag gets; *added, when not NULL,
+ * is how many joined), but their SQL is compiled on up to four threads (as many as there are
+ * CPUs online): at startup a definitions directory of thousands of files spends most of its
+ * time there. The writer's call, like add. */
+bf_err bf_registry_add_many(bf_registry *reg, const bf_definition *const *defs, size_t n,
+                            size_t *added, char *diag, size_t diag_len);
+
 /* A batch of adds (a module, the definition files of a directory or of a SIGHUP): between
  * bf_registry_batch_begin() and bf_registry_batch_end(), each bf_registry_add() makes its
  * definition findable at once (count, at, find), but the lists of IDs that engines' queries

@@ -156,31 +156,81 @@ static const srv_deffile *defdir_find(const srv_defdir *d, const char *id, size_
     return NULL;
 }
 
+typedef struct defdir_key {
+    const char *id;
+    size_t i; /* the file's place in name order */
+} defdir_key;
+
+static int defdir_key_cmp(const void *a, const void *b)
+{
+    const defdir_key *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* The first file (in name order) whose stable ID a module or an earlier file defines: diag
+ * names it, its line and the first definer. O(n log n): the files are sorted by ID. */
+static bf_err defdir_duplicates(const srv_defdir *d, const bf_registry *reg, char *diag,
+                                size_t diag_len)
+{
+    size_t bad = d->n, by = d->n; /* by: the earlier file, d->n for a module */
+    for (size_t i = 0; i < d->n && bad == d->n; i++)
+        if (bf_registry_find(reg, defdir_id(d->files[i])) != NULL) /* O(1) */
+            bad = i;
+    defdir_key *keys = malloc((d->n ? d->n : 1) * sizeof *keys);
+    if (keys == NULL) {
+        snprintf(diag, diag_len, "%s: out of memory", d->dir);
+        return BF_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        keys[i] = (defdir_key){defdir_id(d->files[i]), i};
+    qsort(keys, d->n, sizeof *keys, defdir_key_cmp);
+    for (size_t k = 1, group = 0; k < d->n; k++) {
+        if (strcmp(keys[k].id, keys[group].id) != 0) {
+            group = k;
+            continue;
+        }
+        if (keys[k].i < bad) {
+            bad = keys[k].i;
+            by = keys[group].i;
+        }
+    }
+    free(keys);
+    if (bad == d->n)
+        return BF_OK;
+    const srv_deffile *f = d->files[bad];
+    snprintf(diag, diag_len, "%s:%d: id: stable ID %s is already defined by %s",
+             srv_deffile_path(f), srv_deffile_id_line(f), defdir_id(f),
+             by < d->n ? srv_deffile_path(d->files[by]) : "a definitions module");
+    return BF_ERR_DEFINITION;
+}
+
 bf_err srv_defdir_register(srv_defdir *d, bf_registry *reg, char *diag, size_t diag_len)
 {
     if (d == NULL || reg == NULL)
         return BF_ERR_INVALID_ARGUMENT;
     d->reg = reg;
-    bf_registry_batch_begin(reg); /* the ID lists are rebuilt once, for all the files */
-    bf_err err = BF_OK;
-    for (size_t i = 0; err == BF_OK && i < d->n; i++) {
-        const srv_deffile *f = d->files[i];
-        if (bf_registry_find(reg, defdir_id(f)) != NULL) { /* O(1); the file it names: only now */
-            const srv_deffile *first = defdir_find(d, defdir_id(f), i);
-            snprintf(diag, diag_len, "%s:%d: id: stable ID %s is already defined by %s",
-                     srv_deffile_path(f), srv_deffile_id_line(f), defdir_id(f),
-                     first ? srv_deffile_path(first) : "a definitions module");
-            err = BF_ERR_DEFINITION;
-            break;
-        }
-        char why[BF_DIAG_MAX] = "";
-        if ((err = bf_registry_add(reg, srv_deffile_definition(f), why, sizeof why)) != BF_OK)
-            snprintf(diag, diag_len, "%s: %s", srv_deffile_path(f), why[0] ? why : bf_err_str(err));
+    bf_err err = defdir_duplicates(d, reg, diag, diag_len);
+    if (err != BF_OK)
+        return err;
+    const bf_definition **defs = malloc((d->n ? d->n : 1) * sizeof *defs);
+    if (defs == NULL) {
+        snprintf(diag, diag_len, "%s: out of memory", d->dir);
+        return BF_ERR_NOMEM;
     }
-    bf_err end = bf_registry_batch_end(reg);
-    if (err == BF_OK && end != BF_OK)
-        snprintf(diag, diag_len, "could not list the definitions: %s", bf_err_str(end));
-    return err != BF_OK ? err : end;
+    for (size_t i = 0; i < d->n; i++)
+        defs[i] = srv_deffile_definition(d->files[i]);
+    /* compiled on several threads; the ID lists are rebuilt once, for all the files */
+    char why[BF_DIAG_MAX] = "";
+    size_t added = 0;
+    err = bf_registry_add_many(reg, defs, d->n, &added, why, sizeof why);
+    free(defs);
+    if (err != BF_OK && added < d->n)
+        snprintf(diag, diag_len, "%s: %s", srv_deffile_path(d->files[added]),
+                 why[0] ? why : bf_err_str(err));
+    else if (err != BF_OK)
+        snprintf(diag, diag_len, "could not list the definitions: %s", bf_err_str(err));
+    return err;
 }
 
 size_t srv_defdir_count(const srv_defdir *d)
