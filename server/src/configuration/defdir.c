@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,41 +169,32 @@ static int defdir_key_cmp(const void *a, const void *b)
     return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-/* The first file (in name order) whose stable ID a module or an earlier file defines: diag
- * names it, its line and the first definer. O(n log n): the files are sorted by ID. */
-static bf_err defdir_duplicates(const srv_defdir *d, const bf_registry *reg, char *diag,
-                                size_t diag_len)
+/* The first file (in name order) whose stable ID a module or an earlier file defines: its
+ * place (d->n: none) and the earlier file's (*by; d->n for a module). O(n log n): the files are
+ * sorted by ID. SIZE_MAX when out of memory. */
+static size_t defdir_duplicate(const srv_defdir *d, const bf_registry *reg, size_t *by)
 {
-    size_t bad = d->n, by = d->n; /* by: the earlier file, d->n for a module */
+    size_t bad = d->n;
+    *by = d->n;
     for (size_t i = 0; i < d->n && bad == d->n; i++)
         if (bf_registry_find(reg, defdir_id(d->files[i])) != NULL) /* O(1) */
             bad = i;
     defdir_key *keys = malloc((d->n ? d->n : 1) * sizeof *keys);
-    if (keys == NULL) {
-        snprintf(diag, diag_len, "%s: out of memory", d->dir);
-        return BF_ERR_NOMEM;
-    }
+    if (keys == NULL)
+        return SIZE_MAX;
     for (size_t i = 0; i < d->n; i++)
         keys[i] = (defdir_key){defdir_id(d->files[i]), i};
     qsort(keys, d->n, sizeof *keys, defdir_key_cmp);
     for (size_t k = 1, group = 0; k < d->n; k++) {
         if (strcmp(keys[k].id, keys[group].id) != 0) {
             group = k;
-            continue;
-        }
-        if (keys[k].i < bad) {
+        } else if (keys[k].i < bad) {
             bad = keys[k].i;
-            by = keys[group].i;
+            *by = keys[group].i;
         }
     }
     free(keys);
-    if (bad == d->n)
-        return BF_OK;
-    const srv_deffile *f = d->files[bad];
-    snprintf(diag, diag_len, "%s:%d: id: stable ID %s is already defined by %s",
-             srv_deffile_path(f), srv_deffile_id_line(f), defdir_id(f),
-             by < d->n ? srv_deffile_path(d->files[by]) : "a definitions module");
-    return BF_ERR_DEFINITION;
+    return bad;
 }
 
 bf_err srv_defdir_register(srv_defdir *d, bf_registry *reg, char *diag, size_t diag_len)
@@ -210,26 +202,33 @@ bf_err srv_defdir_register(srv_defdir *d, bf_registry *reg, char *diag, size_t d
     if (d == NULL || reg == NULL)
         return BF_ERR_INVALID_ARGUMENT;
     d->reg = reg;
-    bf_err err = defdir_duplicates(d, reg, diag, diag_len);
-    if (err != BF_OK)
-        return err;
+    size_t by = 0, bad = defdir_duplicate(d, reg, &by);
     const bf_definition **defs = malloc((d->n ? d->n : 1) * sizeof *defs);
-    if (defs == NULL) {
+    if (bad == SIZE_MAX || defs == NULL) {
+        free(defs);
         snprintf(diag, diag_len, "%s: out of memory", d->dir);
         return BF_ERR_NOMEM;
     }
     for (size_t i = 0; i < d->n; i++)
         defs[i] = srv_deffile_definition(d->files[i]);
-    /* compiled on several threads; the ID lists are rebuilt once, for all the files */
+    /* the files before the first duplicate, in order (the first error in name order is the one
+     * reported), compiled on several threads; the ID lists are rebuilt once, for all of them */
     char why[BF_DIAG_MAX] = "";
     size_t added = 0;
-    err = bf_registry_add_many(reg, defs, d->n, &added, why, sizeof why);
+    bf_err err = bf_registry_add_many(reg, defs, bad, &added, why, sizeof why);
     free(defs);
-    if (err != BF_OK && added < d->n)
+    if (err != BF_OK && added < bad) {
         snprintf(diag, diag_len, "%s: %s", srv_deffile_path(d->files[added]),
                  why[0] ? why : bf_err_str(err));
-    else if (err != BF_OK)
+    } else if (err != BF_OK) {
         snprintf(diag, diag_len, "could not list the definitions: %s", bf_err_str(err));
+    } else if (bad < d->n) {
+        const srv_deffile *f = d->files[bad];
+        snprintf(diag, diag_len, "%s:%d: id: stable ID %s is already defined by %s",
+                 srv_deffile_path(f), srv_deffile_id_line(f), defdir_id(f),
+                 by < d->n ? srv_deffile_path(d->files[by]) : "a definitions module");
+        err = BF_ERR_DEFINITION;
+    }
     return err;
 }
 
