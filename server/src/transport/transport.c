@@ -280,7 +280,7 @@ static bf_err transport_listener_new(srv_transport *t, const char *url, char *di
         t->n_listeners++;
         return BF_OK;
     }
-    transport_group *g = &t->groups[0]; /* tls+tcp://, the one kind nng serves */
+    transport_group *g = &t->nng; /* tls+tcp://, the one kind nng serves */
     bf_err err = transport_group_open(t, g, diag, diag_len);
     if (err != BF_OK)
         return err;
@@ -329,13 +329,12 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
         cfg->max_conns_per_peer ? cfg->max_conns_per_peer : SRV_TRANSPORT_MAX_CONNS_PER_PEER;
     t->on_wedged = cfg->on_wedged;
     t->on_wedged_arg = cfg->on_wedged_arg;
-    t->groups[0].name = "tls";
+    t->nng.name = "tls";
     pthread_mutex_init(&t->mtx, NULL);
     transport_cond_init(&t->cond);
     transport_cond_init(&t->sweep_cond);
     transport_cond_init(&t->reply_cond);
-    for (int g = 0; g < TRANSPORT_GROUPS; g++)
-        transport_cond_init(&t->groups[g].park_cond);
+    transport_cond_init(&t->nng.park_cond);
     /* before any socket exists: nng's pipe notifications use the table */
     bf_err err = srv_conns_new(&t->conns, cfg->n_urls, t->max_conns, t->max_conns_per_peer);
     if (err != BF_OK) {
@@ -445,12 +444,10 @@ bf_err srv_transport_start(srv_transport *t, char *diag, size_t diag_len)
     if (pthread_create(&t->replier, NULL, transport_replier_main, t) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the reply thread");
     t->replier_started = true;
-    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-        bf_err err = transport_group_start(t, &t->groups[g], diag, diag_len);
-        if (err != BF_OK)
-            return err;
-    }
-    if (t->groups[0].sock_open && srv_canary_new(&t->canary) != BF_OK)
+    bf_err err = transport_group_start(t, &t->nng, diag, diag_len);
+    if (err != BF_OK)
+        return err;
+    if (t->nng.sock_open && srv_canary_new(&t->canary) != BF_OK)
         transport_log(t, BF_LOG_WARN, "cannot probe nng's reaper: a stuck one goes unnoticed");
     if (pthread_create(&t->sweeper, NULL, transport_sweeper_main, t) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not start the sweeper thread");
@@ -479,8 +476,8 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
 /* Closes sockets on its own thread, so stop can stop waiting for it. Freed by stop when the
  * close finished in time, else by this thread when (if ever) it does. */
 typedef struct transport_closer {
-    nng_socket socks[TRANSPORT_GROUPS];
-    int n;
+    nng_socket sock;
+    bool sock_open;
     srv_canary *canary; /* closing its sockets needs the reaper too */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
@@ -497,8 +494,8 @@ static void transport_closer_free(transport_closer *c)
 static void *transport_closer_main(void *arg)
 {
     transport_closer *c = arg;
-    for (int i = 0; i < c->n; i++)
-        nng_close(c->socks[i]); /* closes the listeners and their connections */
+    if (c->sock_open)
+        nng_close(c->sock); /* closes the listeners and their connections */
     srv_canary_free(c->canary);
     pthread_mutex_lock(&c->mtx);
     c->done = true;
@@ -516,20 +513,17 @@ static bool transport_close_sockets(srv_transport *t)
     transport_closer *c = calloc(1, sizeof *c);
     if (c == NULL)
         return false; /* leave them: the process is stopping */
-    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-        if (t->groups[g].sock_open) {
-            c->socks[c->n++] = t->groups[g].sock;
-            t->groups[g].sock_open = false;
-        }
-    }
+    c->sock = t->nng.sock;
+    c->sock_open = t->nng.sock_open;
+    t->nng.sock_open = false;
     c->canary = t->canary;
     t->canary = NULL;
     pthread_mutex_init(&c->mtx, NULL);
     transport_cond_init(&c->cond);
     pthread_t thread;
     if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
-        for (int i = 0; i < c->n; i++)
-            nng_close(c->socks[i]);
+        if (c->sock_open)
+            nng_close(c->sock);
         srv_canary_free(c->canary);
         transport_closer_free(c);
         return true;
@@ -566,11 +560,10 @@ static bool transport_wait_sends(srv_transport *t)
     transport_deadline(&until, (long)t->send_timeout_ms + TRANSPORT_SEND_GRACE_MS);
     pthread_mutex_lock(&t->mtx);
     t->cond_waiters++; /* the end of each reply wakes us */
-    while (t->groups[0].sending > 0 &&
-           pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
+    while (t->nng.sending > 0 && pthread_cond_timedwait(&t->cond, &t->mtx, &until) != ETIMEDOUT)
         ;
     t->cond_waiters--;
-    bool done = t->groups[0].sending == 0;
+    bool done = t->nng.sending == 0;
     pthread_mutex_unlock(&t->mtx);
     return done;
 }
@@ -584,16 +577,13 @@ void srv_transport_stop(srv_transport *t)
     pthread_mutex_lock(&t->mtx);
     t->stopping = true;
     pthread_cond_broadcast(&t->cond);
-    for (int g = 0; g < TRANSPORT_GROUPS; g++)
-        pthread_cond_broadcast(&t->groups[g].park_cond);
+    pthread_cond_broadcast(&t->nng.park_cond);
     pthread_cond_signal(&t->sweep_cond);
-    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-        for (int i = 0; i < t->groups[g].n_workers; i++) {
-            transport_slot *slot = t->groups[g].workers[i].receiving;
-            if (slot != NULL && slot->ctx_open) {
-                nng_ctx_close(slot->ctx); /* its recv fails with NNG_ECLOSED */
-                slot->ctx_open = false;
-            }
+    for (int i = 0; i < t->nng.n_workers; i++) {
+        transport_slot *slot = t->nng.workers[i].receiving;
+        if (slot != NULL && slot->ctx_open) {
+            nng_ctx_close(slot->ctx); /* its recv fails with NNG_ECLOSED */
+            slot->ctx_open = false;
         }
     }
     pthread_mutex_unlock(&t->mtx);
@@ -601,20 +591,18 @@ void srv_transport_stop(srv_transport *t)
         pthread_join(t->sweeper, NULL);
         t->sweeper_started = false;
     }
-    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-        for (int i = 0; i < t->groups[g].n_workers; i++) {
-            transport_worker *w = &t->groups[g].workers[i];
-            if (w->thread_started) {
-                pthread_join(w->thread, NULL);
-                w->thread_started = false;
-            }
-            nng_aio_free(w->aio);
-            w->aio = NULL;
+    for (int i = 0; i < t->nng.n_workers; i++) {
+        transport_worker *w = &t->nng.workers[i];
+        if (w->thread_started) {
+            pthread_join(w->thread, NULL);
+            w->thread_started = false;
         }
-        for (int i = 0; t->groups[g].sessions != NULL && i < t->groups[g].n_workers; i++) {
-            bf_engine_close(t->groups[g].sessions[i].engine);
-            t->groups[g].sessions[i].engine = NULL;
-        }
+        nng_aio_free(w->aio);
+        w->aio = NULL;
+    }
+    for (int i = 0; t->nng.sessions != NULL && i < t->nng.n_workers; i++) {
+        bf_engine_close(t->nng.sessions[i].engine);
+        t->nng.sessions[i].engine = NULL;
     }
     /* the replies of requests that finished: each is handed over or dropped within the send
      * timeout */
@@ -628,16 +616,14 @@ void srv_transport_stop(srv_transport *t)
         t->replier_started = false;
     }
     if (sends_done) {
-        for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-            for (int i = 0; i < t->groups[g].n_slots; i++) {
-                transport_slot *slot = &t->groups[g].slots[i];
-                if (slot->ctx_open) {
-                    nng_ctx_close(slot->ctx);
-                    slot->ctx_open = false;
-                }
-                nng_aio_free(slot->send_aio);
-                slot->send_aio = NULL;
+        for (int i = 0; i < t->nng.n_slots; i++) {
+            transport_slot *slot = &t->nng.slots[i];
+            if (slot->ctx_open) {
+                nng_ctx_close(slot->ctx);
+                slot->ctx_open = false;
             }
+            nng_aio_free(slot->send_aio);
+            slot->send_aio = NULL;
         }
     }
     /* a reply handed to nng is written by its pipe after the send completes: give the replies
@@ -678,12 +664,10 @@ void srv_transport_free(srv_transport *t)
         pthread_mutex_unlock(&transport_abandoned_mtx);
         return;
     }
-    for (int g = 0; g < TRANSPORT_GROUPS; g++) {
-        free(t->groups[g].workers);
-        free(t->groups[g].slots);
-        free(t->groups[g].sessions);
-        free(t->groups[g].idle_sessions);
-    }
+    free(t->nng.workers);
+    free(t->nng.slots);
+    free(t->nng.sessions);
+    free(t->nng.idle_sessions);
     native_free(t->native);
     if (t->tls != NULL)
         nng_tls_config_free(t->tls);
@@ -691,8 +675,7 @@ void srv_transport_free(srv_transport *t)
     pthread_cond_destroy(&t->cond);
     pthread_cond_destroy(&t->sweep_cond);
     pthread_cond_destroy(&t->reply_cond);
-    for (int g = 0; g < TRANSPORT_GROUPS; g++)
-        pthread_cond_destroy(&t->groups[g].park_cond);
+    pthread_cond_destroy(&t->nng.park_cond);
     pthread_mutex_destroy(&t->mtx);
     free(t);
 }

@@ -23,7 +23,6 @@
 #include "conns.h"
 #include "transport.h"
 
-#define TRANSPORT_GROUPS        1 /* nng sockets: tls+tcp:// (native.c serves the rest) */
 #define TRANSPORT_NOTE_MS       10000
 #define TRANSPORT_SWEEP_MS      250  /* how often unread connections are looked at */
 #define TRANSPORT_REPLY_POLL_MS 1    /* how often the replier looks over its queue of replies */
@@ -116,7 +115,7 @@ struct srv_transport {
     nng_tls_config *tls;
     transport_listener listeners[SRV_TRANSPORT_MAX_LISTENERS];
     size_t n_listeners;
-    transport_group groups[TRANSPORT_GROUPS];
+    transport_group nng; /* tls+tcp://, the one kind nng serves (native.c serves the rest) */
     int threads;
     int max_conns, max_conns_per_peer;
     int ipc_mode;
