@@ -5,9 +5,11 @@
  * Guards proved (removing any one fails the case named after it):
  *   - claim_sql's FOR UPDATE SKIP LOCKED (worker.c): a claimer never waits on a locked row
  *     (test_claim_skips_locked_row);
- *   - the session lock_timeout (engine.c engine_session_timeouts): admin actions and
- *     registration give up on a locked row instead of waiting, and reads never wait
- *     (test_actions_and_registration_bounded);
+ *   - the session lock_timeout (engine.c engine_session_configure): admin actions and a
+ *     registration that changes the row give up on a locked row instead of waiting, and reads
+ *     never wait (test_actions_and_registration_bounded); a registration that changes nothing
+ *     does not touch the row at all, so it does not wait either (backfill.c register_many_sql's
+ *     `same`);
  *   - the session idle_in_transaction_session_timeout (lease / 2): a client stopped inside a
  *     transaction loses its session and its row locks before its lease runs out
  *     (test_stalled_client_loses_session);
@@ -261,7 +263,17 @@ static void test_actions_and_registration_bounded(void **state)
     assert_int_equal(bf_action_apply(op, BF_ACTION_PAUSE, "live.decl_v1", &who, &res),
                      BF_ERR_RETRYABLE);
     assert_non_null(strstr(bf_engine_diag(op), "55P03"));
-    assert_int_equal(bf_register_all(op), BF_ERR_RETRYABLE);
+    /* the row as stored: registered without touching it; a new revision: bounded */
+    assert_int_equal(bf_register_all(op), BF_OK);
+    bf_definition revised = decl_def;
+    revised.revision = "r2";
+    const bf_definition *revised_defs[] = {&revised};
+    bf_registry *reg2 = bt_registry(revised_defs, 1);
+    bf_engine *op2 = bt_engine_timeouts(reg2, "operator-3", 30000, 20000, 200);
+    assert_int_equal(bf_register_all(op2), BF_ERR_RETRYABLE);
+    assert_non_null(strstr(bf_engine_diag(op2), "55P03"));
+    bf_engine_close(op2);
+    bf_registry_free(reg2);
     bf_backfill row;
     assert_int_equal(bf_get(op, "live.decl_v1", &row), BF_OK); /* reads never wait */
     assert_int_equal(row.state, BF_STATE_RUNNING);
