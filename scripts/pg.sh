@@ -238,10 +238,16 @@ url_for_port()
     printf 'postgresql://postgres@127.0.0.1:%s/postgres\n' "$1"
 }
 
+# A port is in use when anything holds it locally, not only a listener: the ports here lie in
+# Linux's ephemeral range (32768-60999), so a client connection (a test's session to another
+# cluster, say) may hold it as its own end, and PostgreSQL's bind then fails ("Address already
+# in use"); with two listen addresses it starts on the other one alone and never answers on
+# 127.0.0.1. Both were seen in CI (a side cluster that would not start on two ports in turn, a
+# listen cluster that did not answer).
 port_in_use()
 {
     local port="$1" out
-    if command -v ss >/dev/null 2>&1 && out="$(ss -Htln "sport = :$port" 2>/dev/null)"; then
+    if command -v ss >/dev/null 2>&1 && out="$(ss -Htan "sport = :$port" 2>/dev/null)"; then
         [[ -n "$out" ]] && return 0
     fi
     # Fallback (and double check): can we connect to it?
@@ -529,7 +535,8 @@ side_stop()
 # [PORTFILE]: rewritten with the port in use. Another run of this script on the same machine may
 # take the port between pick_port and the start (two test runs side by side): then the cluster
 # is started on another free port (appended to DIR/postgresql.conf, which overrides), at most 5
-# times, like the private cluster's own start. SIDE_PORT is the port in use afterwards.
+# times, like the private cluster's own start; so is a cluster that started without 127.0.0.1
+# (its bind failed, another listen address did not). SIDE_PORT is the port in use afterwards.
 SIDE_PORT=""
 side_start()
 {
@@ -537,7 +544,14 @@ side_start()
     for ((attempt = 1; ; attempt++)); do
         log_size=0
         [[ -f "$log" ]] && log_size="$(stat -c %s "$log")"
-        as_owner "$BINDIR/pg_ctl" start -D "$dir" -l "$log" -w -t 60 >/dev/null && break
+        if as_owner "$BINDIR/pg_ctl" start -D "$dir" -l "$log" -w -t 60 >/dev/null; then
+            # started, but on its other listen address alone when 127.0.0.1's bind failed
+            if ((attempt >= 5)) || ! tail -c +"$((log_size + 1))" "$log" 2>/dev/null |
+                grep -F 'could not bind IPv4 address "127.0.0.1"' >/dev/null; then
+                break
+            fi
+            as_owner "$BINDIR/pg_ctl" stop -D "$dir" -m immediate -w -t 30 >/dev/null || true
+        fi
         if ((attempt < 5)) && tail -c +"$((log_size + 1))" "$log" 2>/dev/null |
             grep -E 'could not (bind|create listen socket)|Address already in use' >/dev/null; then
             port="$(pick_port "" "$port")" || die "no free port for the $name"
