@@ -68,7 +68,10 @@
 #                         [--load-kind relay|tpcb] [--driver relayload|pgbench]
 #                         [--driver-cpu 0|1] [--durable] [--traces DIR]
 #                         [--server-set 'NAME = VALUE']... [--backfill-pgoptions OPTS]
-#                         [--throttle-conf 'KEY = VALUE']...
+#                         [--throttle-conf 'KEY = VALUE']... [--fillfactor N]
+#        --fillfactor N: demo.events rewritten with that fillfactor in the template (free room
+#        in every page, so the backfill's updates can be HOT: the new row version on the same
+#        page, no index entries; the relay's inserts then fill pages to N % too)
 #        --throttle-conf: more daemon configuration for the throttled and controller phases,
 #        e.g. 'batch_max = 500' or a throttle_* signal
 #        --traces DIR: relayload's windows of every phase (end ms, p99 ms, transactions) in
@@ -110,6 +113,7 @@ SERVER_SETS=()
 BACKFILL_PGOPTIONS=""
 DRIVER_CPU=""
 THROTTLE_CONF=""
+FILLFACTOR=""
 OFFERED=0 # the relay's offered transactions a second (0: a closed loop flat out)
 ID=demo.events.content_len_v1
 
@@ -136,6 +140,7 @@ while (($#)); do
     --driver) DRIVER="$2"; shift 2 ;;
     --driver-cpu) DRIVER_CPU="$2"; shift 2 ;;
     --throttle-conf) THROTTLE_CONF+="$2"$'\n'; shift 2 ;;
+    --fillfactor) FILLFACTOR="$2"; shift 2 ;;
     -h | --help)
         awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
         exit 0
@@ -148,6 +153,10 @@ while (($#)); do
 done
 [[ "$LOAD_KIND" == relay || "$LOAD_KIND" == tpcb ]] || {
     echo "coexist.sh: --load-kind is relay or tpcb" >&2
+    exit 2
+}
+[[ -z "$FILLFACTOR" || ("$FILLFACTOR" =~ ^[0-9]+$ && FILLFACTOR -ge 10 && FILLFACTOR -le 100) ]] || {
+    echo "coexist.sh: --fillfactor is 10 to 100" >&2
     exit 2
 }
 [[ -n "$DRIVER" ]] || { [[ "$LOAD_KIND" == relay ]] && DRIVER=relayload || DRIVER=pgbench; }
@@ -283,11 +292,16 @@ fi
 
 tables=""
 [[ "$LOAD_KIND" != tpcb ]] || tables=", pgbench scale 10"
+[[ -z "$FILLFACTOR" ]] || tables+=", demo.events at fillfactor $FILLFACTOR"
 echo "coexist: template: $ROWS demo events$tables" >&2
 psql_q "$SERVER_URL" -c "CREATE DATABASE $TEMPLATE" >/dev/null
 TMPL_URL="$(buzz_db_url "$SERVER_URL" "$TEMPLATE")"
 psql_q "$TMPL_URL" -f "$ROOT/examples/demo/schema.sql" >/dev/null
 psql_q -v rows="$ROWS" "$TMPL_URL" -f "$ROOT/examples/demo/seed.sql" >/dev/null
+if [[ -n "$FILLFACTOR" ]]; then
+    psql_q "$TMPL_URL" -c "ALTER TABLE demo.events SET (fillfactor = $FILLFACTOR)" \
+        -c "VACUUM FULL demo.events" >/dev/null
+fi
 [[ "$LOAD_KIND" != tpcb ]] || "$PGBENCH" -q -i -s 10 "$TMPL_URL" >/dev/null 2>&1 # its own tables
 if [[ "$LOAD_KIND" == relay ]]; then
     # a relay's read paths: an author's recent events, a kind's recent events (every one of
