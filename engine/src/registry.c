@@ -380,21 +380,17 @@ static void registry_compile(bf_registry *reg, const bf_definition *const *defs,
                      : cpus < REGISTRY_COMPILE_THREADS    ? (size_t)cpus
                                                           : REGISTRY_COMPILE_THREADS;
     registry_compiler parts[REGISTRY_COMPILE_THREADS];
-    size_t started = 0;
-    for (size_t t = 1; t < threads; t++) {
+    for (size_t t = 0; t < threads; t++)
         parts[t] = (registry_compiler){reg, defs, base, n, t, threads, errs, 0};
-        if (pthread_create(&parts[t].thread, NULL, registry_compile_part, &parts[t]) != 0)
-            break;
-        started = t;
-    }
+    size_t started = 1; /* parts 1..started - 1 run on threads of their own */
+    while (started < threads && pthread_create(&parts[started].thread, NULL, registry_compile_part,
+                                               &parts[started]) == 0)
+        started++;
     /* this thread takes part 0 and every part whose thread could not start */
-    for (size_t t = 0; t < threads; t++) {
-        if (t != 0 && t <= started)
-            continue;
-        parts[t] = (registry_compiler){reg, defs, base, n, t, threads, errs, 0};
+    registry_compile_part(&parts[0]);
+    for (size_t t = started; t < threads; t++)
         registry_compile_part(&parts[t]);
-    }
-    for (size_t t = 1; t <= started; t++)
+    for (size_t t = 1; t < started; t++)
         pthread_join(parts[t].thread, NULL);
 }
 
