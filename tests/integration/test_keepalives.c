@@ -5,9 +5,9 @@
  * a quarter of it (the defaults), and a conninfo's own tcp_user_timeout / keepalives_* win, on
  * both ends.
  *
- * Guards: engine_session_tcp (without it the server keeps its defaults, 0) and the order of
- * the libpq options in engine_connect (defaults before the expanded conninfo: the other way
- * round the conninfo's values would lose).
+ * Guards: the keepalive SETs of engine_session_configure (without them the server keeps its
+ * defaults, 0) and the order of the libpq options in engine_connect (defaults before the
+ * expanded conninfo: the other way round the conninfo's values would lose).
  */
 #include <setjmp.h>
 #include <stdarg.h>
