@@ -12,7 +12,8 @@
  *              in automatic mode with 1,000 definitions (one worker; polled in PostgreSQL).
  *   busy claim the same while LOAD_DAEMONS other daemons' LOAD_WORKERS workers each run
  *              backfills on tables of their own in the same database (the issue's case: four
- *              daemons, 16 workers; each daemon's first batch committed before the measured
+ *              daemons, 16 workers; --load-daemons 1 is the goal's wording, "while another
+ *              daemon's workers run"; each daemon's first batch committed before the measured
  *              daemon starts): the registration competes with their writes for the WAL and
  *              the server, as a daemon restarted among busy ones does. Goal for both: under
  *              1 s (STARTUP_CLAIM_GOAL_S).
@@ -49,7 +50,7 @@
 #define STARTUP_RATIO_GOAL   12.0
 #define STARTUP_10K_GOAL_S   1.0
 #define STARTUP_CLAIM_GOAL_S 1.0
-#define LOAD_DAEMONS         4 /* the other daemons of the busy claim */
+#define LOAD_DAEMONS         4 /* the other daemons of the busy claim, at most (--load-daemons) */
 #define LOAD_WORKERS         4 /* workers of each, a definition and a table each */
 #define LOAD_TABLES          (LOAD_DAEMONS * LOAD_WORKERS)
 #define LOAD_ROWS            100000 /* rows of each of their tables: more than a run takes */
@@ -58,8 +59,9 @@ static const int sizes[STARTUP_SIZES] = {1, 1000, 10000};
 
 static struct {
     const char *daemon, *base_daemon, *db, *dir;
+    int load_daemons; /* the other daemons of the busy figures, 1 .. LOAD_DAEMONS */
     int rounds;
-} opts = {.rounds = 3};
+} opts = {.rounds = 3, .load_daemons = LOAD_DAEMONS};
 
 static void die(const char *what)
 {
@@ -245,7 +247,7 @@ static bool sql_has_row(PGconn *c, const char *sql)
  * has committed a batch. */
 static void load_start(PGconn *c, daemon_run *load)
 {
-    for (int k = 0; k < LOAD_DAEMONS; k++) {
+    for (int k = 0; k < opts.load_daemons; k++) {
         char dir[600], name[32];
         snprintf(dir, sizeof dir, "%s/defs_load_%d", opts.dir, k);
         snprintf(name, sizeof name, "load_%d", k);
@@ -255,10 +257,10 @@ static void load_start(PGconn *c, daemon_run *load)
     snprintf(sql, sizeof sql,
              "SELECT 1 FROM buzz_backfill.backfill WHERE id LIKE 'sb.load%%' AND "
              "batches_committed > 0 HAVING count(DISTINCT split_part(id, '_', 2)) >= %d",
-             LOAD_DAEMONS);
+             opts.load_daemons);
     double until = now_s() + STARTUP_TIMEOUT_S;
     while (!sql_has_row(c, sql)) {
-        for (int k = 0; k < LOAD_DAEMONS; k++) {
+        for (int k = 0; k < opts.load_daemons; k++) {
             int status = 0;
             if (waitpid(load[k].pid, &status, WNOHANG) == load[k].pid)
                 die("a load daemon exited before its first batch");
@@ -323,7 +325,7 @@ static double run_claim(PGconn *c, const char *bin, bool busy, bool restart)
     daemon_start(&d, bin, dir, "daemon", 1);
     double took = daemon_wait_claim(c, &d);
     daemon_stop(&d);
-    for (int k = 0; busy && k < LOAD_DAEMONS; k++)
+    for (int k = 0; busy && k < opts.load_daemons; k++)
         daemon_stop(&load[k]);
     return took;
 }
@@ -339,19 +341,20 @@ static double median(const double *v, int n)
 static void usage(void)
 {
     printf("usage: startup --daemon BUZZ_BACKFILLD --db CONNINFO --dir TMPDIR [--rounds N]\n"
-           "               [--base-daemon BUZZ_BACKFILLD]\n");
+           "               [--base-daemon BUZZ_BACKFILLD] [--load-daemons N]\n"
+           "  --rounds N        interleaved rounds, 1 to %d (default 3)\n"
+           "  --load-daemons N  the other daemons of the busy figures, %d workers each, 1 to %d\n"
+           "                    (default %d)\n",
+           STARTUP_MAX_ROUNDS, LOAD_WORKERS, LOAD_DAEMONS, LOAD_DAEMONS);
 }
 
 static void parse(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"daemon", required_argument, NULL, 'd'},
-        {"base-daemon", required_argument, NULL, 'b'},
-        {"db", required_argument, NULL, 'p'},
-        {"dir", required_argument, NULL, 't'},
-        {"rounds", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"daemon", required_argument, NULL, 'd'}, {"base-daemon", required_argument, NULL, 'b'},
+        {"db", required_argument, NULL, 'p'},     {"dir", required_argument, NULL, 't'},
+        {"rounds", required_argument, NULL, 'r'}, {"load-daemons", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -371,6 +374,9 @@ static void parse(int argc, char **argv)
         case 'r':
             opts.rounds = (int)strtol(optarg, NULL, 10);
             break;
+        case 'l':
+            opts.load_daemons = (int)strtol(optarg, NULL, 10);
+            break;
         case 'h':
             usage();
             exit(0);
@@ -380,7 +386,8 @@ static void parse(int argc, char **argv)
         }
     }
     if (!opts.daemon || !opts.db || !opts.dir || opts.rounds < 1 ||
-        opts.rounds > STARTUP_MAX_ROUNDS) {
+        opts.rounds > STARTUP_MAX_ROUNDS || opts.load_daemons < 1 ||
+        opts.load_daemons > LOAD_DAEMONS) {
         usage();
         exit(2);
     }
@@ -448,8 +455,8 @@ int main(int argc, char **argv)
             busy[b][r] = run_claim(c, bins[b], true, false);
             printf("%5d %-7s %12s %14.3f   the same while %d workers of %d other daemons run "
                    "(load %s)\n",
-                   r + 1, names[b], "busy claim", busy[b][r], LOAD_TABLES, LOAD_DAEMONS,
-                   load_average());
+                   r + 1, names[b], "busy claim", busy[b][r], opts.load_daemons * LOAD_WORKERS,
+                   opts.load_daemons, load_average());
             again[b][r] = run_claim(c, bins[b], true, true);
             printf("%5d %-7s %12s %14.3f   the same, a restart: its rows registered, the "
                    "backfill running (load %s)\n",
@@ -474,7 +481,8 @@ int main(int argc, char **argv)
         printf("  %-6s wall time to the first claim with 1000 definitions: %.3f s idle, %.3f s "
                "while %d workers of %d other daemons run, %.3f s for a restart among them; goal "
                "< %.1f s in all: %s\n",
-               names[b], idle, loaded, LOAD_TABLES, LOAD_DAEMONS, restarted, STARTUP_CLAIM_GOAL_S,
+               names[b], idle, loaded, opts.load_daemons * LOAD_WORKERS, opts.load_daemons,
+               restarted, STARTUP_CLAIM_GOAL_S,
                idle < STARTUP_CLAIM_GOAL_S && loaded < STARTUP_CLAIM_GOAL_S &&
                        restarted < STARTUP_CLAIM_GOAL_S
                    ? "met"

@@ -5,9 +5,10 @@
 # migrates it and runs the program, which starts buzz-backfilld on generated definitions
 # directories of 1, 1,000 and 10,000 files, and with 1,000 files on an idle database and while four
 # other daemons' 16 workers run backfills (a first start, and a restart of a daemon whose rows
-# are registered). Everything is removed at the end. Results go to stdout.
+# are registered; --load-daemons 1: one other daemon's 4 workers). Everything is removed at the
+# end. Results go to stdout.
 #
-# Usage: bench/startup.sh [startup options...]   e.g. --rounds 5
+# Usage: bench/startup.sh [startup options...]   e.g. --rounds 5, --load-daemons 1
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster),
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's:
@@ -18,7 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
