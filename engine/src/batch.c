@@ -96,7 +96,9 @@ static bf_err loop_ensure(bf_engine *e, size_t index, const bf_compiled *c)
 bf_err bf__batch_loop(bf_worker *w, int watch, loop_result *out, char *cp)
 {
     bf_engine *e = w->e;
-    bf_err err = loop_ensure(e, w->index, w->c);
+    bf_err err = bf__session_warm(e);
+    if (err == BF_OK)
+        err = loop_ensure(e, w->index, w->c);
     if (err != BF_OK)
         return err;
     char gen[24], limit[16], lease[16], max[16], step_ms[16], raise[96], restore[96];
@@ -168,7 +170,9 @@ bf_err bf__batch_callback(bf_worker *w, int watch, loop_result *out, char *cp, c
     bf__param_int(size, sizeof size, w->size);              /* the keyset's LIMIT */
     const char *kp[] = {w->bound, size, w->has_checkpoint ? w->checkpoint : NULL};
     PGresult *r = NULL;
-    bf_err err = bf__begin(e, false);
+    bf_err err = bf__session_warm(e);
+    if (err == BF_OK)
+        err = bf__begin(e, false);
     if (err != BF_OK)
         return err;
     err = bf__exec0(e, "create bf_batch", c->sql_create_batch, 0, NULL);

@@ -7,11 +7,14 @@
  * those renderings and compared after casting back to the key's types). Server messages are
  * logged, never returned: the client-visible diagnostic names only the SQLSTATE and our label.
  *
- * The setup also allocates and frees one 8 MiB value in the backend. glibc then raises that
- * process's heap trim threshold (it adapts to the largest freed mmap chunk), so the executor
- * memory each batch statement frees is kept for the next one instead of being returned to the
- * kernel and faulted in again: profiling a worker's backend showed that page-fault and brk
- * time was the largest cost the engine paid over a server-side loop (docs/benchmarks.md).
+ * A session that runs batches first allocates and frees one 8 MiB value in its backend
+ * (bf__session_warm, before its first batch). glibc then raises that process's heap trim
+ * threshold (it adapts to the largest freed mmap chunk), so the executor memory each batch
+ * statement frees is kept for the next one instead of being returned to the kernel and faulted
+ * in again: profiling a worker's backend showed that page-fault and brk time was the largest
+ * cost the engine paid over a server-side loop (docs/benchmarks.md). Only those sessions: the
+ * 8 MiB are 2,048 pages faulted in, 60 to 120 ms of the backend's CPU on this VM, which every
+ * other session (startup, requests, metrics) would pay on its first statement for nothing.
  */
 #include <errno.h>
 #include <limits.h>
@@ -41,8 +44,17 @@ static const char session_setup[] =
     /* the batch loop's transactions start with the session's default: READ COMMITTED, as the
      * fence is designed (a pause meeting a batch in flight fails the fence's re-check of the
      * row's newest version, where REPEATABLE READ would raise a serialization failure) */
-    "SET default_transaction_isolation = 'read committed';"
-    "SELECT length(repeat('x', 8388608))";
+    "SET default_transaction_isolation = 'read committed'";
+
+bf_err bf__session_warm(bf_engine *e)
+{
+    if (e->warmed)
+        return BF_OK;
+    bf_err err = bf__exec0(e, "warm the session", "SELECT length(repeat('x', 8388608))", 0, NULL);
+    if (err == BF_OK)
+        e->warmed = true;
+    return err;
+}
 
 int bf__idle_tx_timeout_ms(const bf_engine *e)
 {
@@ -255,6 +267,7 @@ static bf_err engine_connect(bf_engine *e)
         memset(e->prepared, 0, e->nprepared);
     e->stmt_prepared = 0; /* a new connection has no prepared statements */
     e->listening = false; /* a new connection listens to nothing */
+    e->warmed = false;
     if (e->outage) {
         bf_log_record rec = BF_LOG_RECORD_INIT;
         rec.event = BF_EV_DB_CONNECTION_RESTORED;

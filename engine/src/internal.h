@@ -98,6 +98,7 @@ struct bf_engine {
     char diag[BF_DIAG_MAX];
     char sqlstate[6]; /* of the last failed statement, "" otherwise */
     bool listening;   /* LISTEN buzz_backfill issued on this connection (bf__wait_notify) */
+    bool warmed;      /* bf__session_warm ran on this connection */
     bool outage;      /* the connection is lost and not yet restored (logged once) */
     unsigned connect_failures; /* since the last successful connect (the first is logged) */
     bool goodbye;              /* the server sent this session a FATAL: it is ending */
@@ -177,6 +178,10 @@ typedef enum bf_stmt {
 /* bf__exec() through a per-connection prepared statement: parsed and planned once. */
 bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
                      int nparams, const char *const *params);
+
+/* Before a session's first batch: allocate and free 8 MiB in its backend, once per connection
+ * (engine.c's design notes say why). */
+bf_err bf__session_warm(bf_engine *e);
 
 /* Plain BEGIN / COMMIT / ROLLBACK (rollback never fails loudly). */
 bf_err bf__begin(bf_engine *e, bool read_only);
