@@ -12,6 +12,8 @@
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
 #              next to the first on the same database, and compared with it in every round),
 #              BUZZ_BENCH_THREADS (the daemons' transport threads, default 8),
+#              BUZZ_BENCH_BASE_THREADS (the base daemon's, default BUZZ_BENCH_THREADS: with
+#              BUZZ_BENCH_BASE_DAEMON set to the same binary, compares thread counts in one run),
 #              BUZZ_BENCH_PERF (a directory: instead of the series, profile the daemon with perf
 #              while it serves Check alone, then Get alone, and print where its CPU goes).
 set -euo pipefail
@@ -21,7 +23,7 @@ BUILD="${BUZZ_BENCH_BUILD:-$ROOT/build-bench}"
 ID="demo.events.content_len_v1"
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
@@ -63,17 +65,17 @@ psql -X -q -v ON_ERROR_STOP=1 "$DB_URL" -f "$ROOT/examples/demo/schema.sql" >/de
 "$BUILD/client/buzzctl" token mint --secret "$TMP/bench.secret" --actor bench@local \
     --cap read,readiness --audience bench --ttl 2h >"$TMP/token"
 
-# start_daemon BINARY LOG: start a daemon on a free port (it exits at once when it cannot
+# start_daemon BINARY LOG THREADS: start a daemon on a free port (it exits at once when it cannot
 # listen: try a few); sets STARTED_PID and STARTED_PORT.
 start_daemon()
 {
-    local bin="$1" log="$2" try
+    local bin="$1" log="$2" threads="$3"
     STARTED_PID=""
-    for try in 1 2 3 4 5; do
+    for _ in 1 2 3 4 5; do
         STARTED_PORT=$((20000 + RANDOM % 30000))
         "$bin" --database-url "$DB_URL" \
             --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
-            --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads "${BUZZ_BENCH_THREADS:-8}" --workers 0 \
+            --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads "$threads" --workers 0 \
             --auto-backfill on --log-level warn run 2>"$log" &
         STARTED_PID=$!
         sleep 0.5
@@ -88,12 +90,13 @@ start_daemon()
     exit 1
 }
 
-start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log"
+start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log" "${BUZZ_BENCH_THREADS:-8}"
 DPID="$STARTED_PID"
 PORT="$STARTED_PORT"
 BASE_ARGS=()
 if [[ -n "${BUZZ_BENCH_BASE_DAEMON:-}" ]]; then
-    start_daemon "$BUZZ_BENCH_BASE_DAEMON" "$TMP/base.log"
+    start_daemon "$BUZZ_BENCH_BASE_DAEMON" "$TMP/base.log" \
+        "${BUZZ_BENCH_BASE_THREADS:-${BUZZ_BENCH_THREADS:-8}}"
     BPID="$STARTED_PID"
     BASE_ARGS=(--base-url "tcp://127.0.0.1:$STARTED_PORT" --base-pid "$BPID")
 fi
