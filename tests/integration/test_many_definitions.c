@@ -12,6 +12,9 @@
  *               again: those two, and only they, come back BF_ERR_INCOMPATIBLE, their rows
  *               untouched, while the others' metadata is updated (last registration wins);
  *               bf_register says why for each.
+ *   find work   300 backfills running and unclaimed: a worker whose process knows only the
+ *               one updated last (behind 299 it does not know, more than the first read of work
+ *               takes) claims it; a worker that knows them all claims the oldest first.
  *   daemon      buzz-backfilld starts on a definitions directory of 10,000 files, one of them
  *               registered earlier by a materially different definition: it logs that one
  *               refused by name and "registered 10000 definitions", every row exists, and the
@@ -27,7 +30,11 @@
  *   - register_many_sql's `same` (the rows stored as given, not written again) made empty
  *     (`AND false`): engine fails (the rows' versions change);
  *   - `same` not returned as registered (UNION ALL removed): engine fails ("again, mt.d_00000:
- *     definition cannot interpret the stored backfill").
+ *     definition cannot interpret the stored backfill");
+ *   - worker_find_work's second read (the IDs named, when the first was full and claimed
+ *     nothing) removed: find work fails ("the process of mt.d_00299 found no work");
+ *   - worker_claim_rows trying rows of IDs its registry does not hold: find work fails ("this
+ *     process has no definition for mt.d_00000").
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -239,6 +246,61 @@ static void test_daemon_starts_on_many_files(void **state)
     bd_stop(&d);
 }
 
+/* More eligible rows than the worker's first read of work takes (worker_claim.c
+ * FIND_WORK_SCAN, 256). */
+#define SCAN_PAST 300
+
+/* Whether id is claimed by owner. */
+static bool claimed_by(const char *id, const char *owner)
+{
+    return bt_int(pg,
+                  "SELECT count(*) FROM buzz_backfill.backfill WHERE id = '%s'"
+                  " AND claim_owner = '%s'",
+                  id, owner) == 1;
+}
+
+static void test_worker_finds_its_work_behind_others(void **state)
+{
+    (void)state;
+    clean();
+    make_defs(defs, NULL);
+    static const bf_definition *ptrs[SCAN_PAST];
+    for (int i = 0; i < SCAN_PAST; i++)
+        ptrs[i] = &defs[i];
+    bf_registry *all = bt_registry(ptrs, SCAN_PAST);
+    bf_engine *a = bt_engine(all, "many-all", 30000);
+    static bf_err errs[SCAN_PAST];
+    assert_int_equal(bf_register_many(a, ptrs, SCAN_PAST, errs), BF_OK);
+    bf_actor who = {"test", "test", NULL};
+    for (int i = 0; i < SCAN_PAST; i++) { /* started in order: the last is updated last */
+        bf_action_result res;
+        if (bf_action_apply(a, BF_ACTION_START, ids[i], &who, &res) != BF_OK)
+            fail_msg("start %s: %s", ids[i], bf_engine_diag(a));
+    }
+    assert_int_equal(bt_int(pg, "SELECT count(*) FROM buzz_backfill.backfill"
+                                " WHERE state = 'running' AND claim_owner IS NULL"),
+                     SCAN_PAST);
+    /* a process that knows only the newest: its work is behind 299 rows it does not know */
+    bf_registry *last = bt_registry(&ptrs[SCAN_PAST - 1], 1);
+    bf_engine *b = bt_engine(last, "many-last", 30000);
+    bf_worker *w = NULL;
+    assert_int_equal(bf_worker_new(&w, b, NULL), BF_OK);
+    int64_t generation = 0;
+    if (bf_worker_claim(w, NULL, &generation) != BF_OK)
+        fail_msg("the process of %s found no work: %s", ids[SCAN_PAST - 1], bf_engine_diag(b));
+    assert_true(claimed_by(ids[SCAN_PAST - 1], "many-last"));
+    bf_worker_free(w); /* releases the claim */
+    /* one that knows them all takes the oldest first, as before */
+    assert_int_equal(bf_worker_new(&w, a, NULL), BF_OK);
+    assert_int_equal(bf_worker_claim(w, NULL, &generation), BF_OK);
+    assert_true(claimed_by(ids[0], "many-all"));
+    bf_worker_free(w);
+    bf_engine_close(b);
+    bf_registry_free(last);
+    bf_engine_close(a);
+    bf_registry_free(all);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -259,6 +321,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_registers_many),
         cmocka_unit_test(test_daemon_starts_on_many_files),
+        cmocka_unit_test(test_worker_finds_its_work_behind_others),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
