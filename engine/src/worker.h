@@ -141,6 +141,15 @@ bf_err bf__step_failed(bf_worker *w, bf_err err, const char *detail, bf_step_inf
 void bf__worker_slow_judge(bf_worker *w, long batches, long keys, int size, int64_t elapsed_us);
 
 bf_err bf__step_lost(bf_worker *w, bf_step_info *info);
+/* worker_fail.c: the fenced transitions of the claim holder, running -> validating (the
+ * checkpoint set to the bound) and validating -> completed (detail: the validation's); each
+ * BF_ERR_STALE, the claim dropped, when the fence matched nothing. */
+bf_err bf__worker_enter_validating(bf_worker *w);
+bf_err bf__worker_complete(bf_worker *w, const char *detail);
+/* The bounded reason of a failure: "stop" when a stop cancelled it, "fence" for a stale owner,
+ * the SQLSTATE class of the statement that failed, else "timeout" or the error class. buf: 3
+ * bytes. */
+const char *bf__worker_reason(const bf_engine *e, bf_err err, char *buf);
 
 /* Before a step's batches, with a latency target: the controller's rate, its signal sampled at
  * most every check_ms (throttle_rate.c). *rate: keys/s, 0 before the first sample. */
