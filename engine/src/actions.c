@@ -40,6 +40,11 @@ static plan_kind action_plan(bf_action action, bf_state state)
     return PLAN_CONFLICT;
 }
 
+/* The transition's new state and generation, and the notification that wakes idle workers and
+ * readiness waiters on commit (they re-read before acting); sent with the transition, not by a
+ * statement of its own: one round trip less for every accepted action. */
+#define RETURNING_NOTIFY " RETURNING state, generation, pg_notify('buzz_backfill', id)"
+
 /* resume and retry enter validating when no admitted work remains */
 #define AFTER_BOUND_STATE                                                                          \
     "state = CASE WHEN bound_empty OR checkpoint = bound THEN 'validating' ELSE 'running' END"
@@ -48,15 +53,14 @@ static const char *const transition_sql[] = {
     [BF_ACTION_PAUSE] = "UPDATE buzz_backfill.backfill SET state = 'paused',"
                         " generation = generation + 1, claim_owner = NULL,"
                         " claim_expires_at = NULL, claimed_at = NULL,"
-                        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
-    [BF_ACTION_RESUME] =
-        "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
-        " generation = generation + 1, next_attempt_at = NULL,"
-        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+                        " updated_at = clock_timestamp() WHERE id = $1" RETURNING_NOTIFY,
+    [BF_ACTION_RESUME] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
+                         " generation = generation + 1, next_attempt_at = NULL,"
+                         " updated_at = clock_timestamp() WHERE id = $1" RETURNING_NOTIFY,
     [BF_ACTION_RETRY] = "UPDATE buzz_backfill.backfill SET " AFTER_BOUND_STATE ","
                         " generation = generation + 1, attempts = 0, next_attempt_at = NULL,"
                         " error_class = NULL, error_detail = NULL, error_at = NULL,"
-                        " updated_at = clock_timestamp() WHERE id = $1 RETURNING state, generation",
+                        " updated_at = clock_timestamp() WHERE id = $1" RETURNING_NOTIFY,
 };
 
 /* Capture the bound and enter running, in the caller's transaction. */
@@ -104,7 +108,7 @@ static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *d
                    " bound_empty = $3::boolean, source_estimate = $4::bigint,"
                    " started_at = clock_timestamp(), generation = generation + 1, attempts = 0,"
                    " next_attempt_at = NULL, updated_at = clock_timestamp()"
-                   " WHERE id = $1 AND state = 'pending' RETURNING state, generation",
+                   " WHERE id = $1 AND state = 'pending'" RETURNING_NOTIFY,
                    4, params);
     /* the old-writer watch (watch.c) starts with the backfill, in its transaction */
     if (err == BF_OK && PQntuples(*res) == 1 && (err = bf__watch_install(e, c)) != BF_OK) {
@@ -142,9 +146,7 @@ static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_a
     PQclear(r);
     bf__format(out->detail, sizeof out->detail, "accepted: %s -> %s%s%s", bf_state_name(out->prior),
                bf_state_name(out->result), detail[0] ? ", " : "", detail);
-    /* wakes idle workers and readiness waiters on commit; they re-read before acting */
-    const char *params[] = {id};
-    return bf__exec0(e, "notify", "SELECT pg_notify('buzz_backfill', $1)", 1, params);
+    return BF_OK;
 }
 
 static void result_reset(bf_action_result *out)

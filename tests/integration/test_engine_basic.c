@@ -4,6 +4,10 @@
  * pending to completed, and every row is repaired exactly once; a stable ID spelled like an
  * array literal's NULL is still found by the claim of the next eligible row and by the gate.
  *
+ * Guard proved: actions.c RETURNING_NOTIFY, the notification sent with every accepted
+ * transition (test_run_to_completion: a session listening on buzz_backfill hears Start, Pause
+ * and Resume, and nothing from a Pause that converged); without it no notification is sent.
+ *
  * Guard proved: registry.c registry_ids_literal quotes every element of the text[] literal of
  * the registry's IDs (test_id_spelled_null): unquoted, the element null reads as SQL NULL, so
  * the claim of the next eligible row never finds that ID and the readiness gate reports an
@@ -116,6 +120,21 @@ static void test_unknown_schema_version(void **state)
     bf_registry_free(reg);
 }
 
+/* Whether c, listening on buzz_backfill, received a notification naming id since the last
+ * call (a round trip first: the server delivers what was sent before it). */
+static bool notified(PGconn *c, const char *id)
+{
+    PQclear(PQexec(c, "SELECT 1"));
+    bool seen = false;
+    PGnotify *n;
+    (void)PQconsumeInput(c);
+    while ((n = PQnotifies(c)) != NULL) {
+        seen = seen || (strcmp(n->relname, "buzz_backfill") == 0 && strcmp(n->extra, id) == 0);
+        PQfreemem(n);
+    }
+    return seen;
+}
+
 static void test_run_to_completion(void **state)
 {
     bf_registry *reg = bt_registry(defs, 2);
@@ -130,8 +149,19 @@ static void test_run_to_completion(void **state)
 
     /* a quarter of the items needs no repair: rows changed and keys passed differ */
     bt_exec(c, "UPDATE items SET fixed = val * 2 WHERE id %% 4 = 0");
+    /* every accepted transition wakes idle workers: the notification is sent with it */
+    bt_exec(c, "LISTEN buzz_backfill");
     assert_int_equal(bt_act(e, BF_ACTION_START, "items.fix_v1"), BF_OK);
+    assert_true(notified(c, "items.fix_v1"));
     assert_int_equal(bt_act(e, BF_ACTION_START, "events.kind_norm_v1"), BF_OK);
+    assert_true(notified(c, "events.kind_norm_v1"));
+    assert_int_equal(bt_act(e, BF_ACTION_PAUSE, "events.kind_norm_v1"), BF_OK);
+    assert_true(notified(c, "events.kind_norm_v1"));
+    assert_int_equal(bt_act(e, BF_ACTION_PAUSE, "events.kind_norm_v1"), BF_OK); /* converged */
+    assert_false(notified(c, "events.kind_norm_v1"));
+    assert_int_equal(bt_act(e, BF_ACTION_RESUME, "events.kind_norm_v1"), BF_OK);
+    assert_true(notified(c, "events.kind_norm_v1"));
+    bt_exec(c, "UNLISTEN buzz_backfill");
     row = bt_get(e, "items.fix_v1");
     assert_int_equal(row.state, BF_STATE_RUNNING);
     assert_true(row.has_bound);
