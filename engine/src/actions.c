@@ -63,24 +63,19 @@ static const char *const transition_sql[] = {
                         " updated_at = clock_timestamp() WHERE id = $1" RETURNING_NOTIFY,
 };
 
-/* Capture the bound and enter running, in the caller's transaction. */
-static bf_err action_start(bf_engine *e, const char *id, PGresult **res, char *detail, size_t cap)
+/* Capture the bound and enter running, in the caller's transaction; row: the row as read
+ * under its lock in this transaction (its key types and digest cannot change meanwhile). */
+static bf_err action_start(bf_engine *e, const char *id, const bf_backfill *row, PGresult **res,
+                           char *detail, size_t cap)
 {
     const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
     if (c == NULL)
         return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
-    PGresult *r = NULL;
-    const char *kp[] = {id};
-    bf_err err = bf__exec(e, &r, "read key types",
-                          "SELECT key_types, definition_digest FROM buzz_backfill.backfill"
-                          " WHERE id = $1",
-                          1, kp);
-    if (err != BF_OK)
-        return err;
-    bool same = PQntuples(r) == 1 && strcmp(bf__field(r, 0, 0), c->key_types) == 0;
+    bool same = strcmp(row->key_types, c->key_types) == 0;
     bool same_def =
-        PQntuples(r) == 1 && (bf__isnull(r, 0, 1) || strcmp(bf__field(r, 0, 1), c->digest) == 0);
-    PQclear(r);
+        row->definition_digest[0] == '\0' || strcmp(row->definition_digest, c->digest) == 0;
+    PGresult *r = NULL;
+    bf_err err;
     if (!same)
         return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
     if (!same_def)
@@ -127,7 +122,7 @@ static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_a
     char detail[64] = "";
     bf_err err;
     if (action == BF_ACTION_START) {
-        err = action_start(e, id, &r, detail, sizeof detail);
+        err = action_start(e, id, &out->row, &r, detail, sizeof detail);
     } else {
         const char *params[] = {id};
         err = bf__exec(e, &r, bf_action_name(action), transition_sql[action], 1, params);
@@ -301,30 +296,35 @@ bf_err bf_start_required(bf_engine *e, const bf_actor *who, int *started_out)
 {
     if (e == NULL)
         return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err != BF_OK)
+        return err;
     /* one request ID cannot name several starts: automatic starts are not idempotent requests,
      * they converge through the state table instead */
     bf_actor auto_who = {who ? who->actor : NULL, who ? who->authority : "automatic", NULL};
+    /* the pending rows among the registry's required IDs, in the registry's order: one read,
+     * not one per required definition (a restart of a daemon with many finds none) */
+    const char *params[] = {bf__registry_ids(e->reg, true)};
+    PGresult *r = NULL;
+    err = bf__exec(e, &r, "read pending required",
+                   "SELECT b.id FROM unnest($1::text[]) WITH ORDINALITY AS r(id, n)"
+                   " JOIN buzz_backfill.backfill b ON b.id = r.id"
+                   " WHERE b.state = 'pending' ORDER BY r.n",
+                   1, params);
+    if (err != BF_OK)
+        return err;
     int started = 0;
-    for (size_t i = 0; i < bf_registry_count(e->reg); i++) {
-        const bf_definition *d = bf_registry_at(e->reg, i);
-        if (!d->required)
-            continue;
-        bf_backfill row;
-        bf_err err = bf_get(e, d->id, &row);
-        if (err != BF_OK)
-            return err;
-        if (row.state != BF_STATE_PENDING)
-            continue;
+    for (int i = 0; i < PQntuples(r) && err == BF_OK; i++) {
         bf_action_result res;
-        err = bf_action_apply(e, BF_ACTION_START, d->id, &auto_who, &res);
+        err = bf_action_apply(e, BF_ACTION_START, bf__field(r, i, 0), &auto_who, &res);
         /* a concurrent starter winning the race is convergence, not failure */
         if (err == BF_ERR_CONFLICT)
-            continue;
-        if (err != BF_OK)
-            return err;
-        started += res.changed ? 1 : 0;
+            err = BF_OK;
+        else if (err == BF_OK)
+            started += res.changed ? 1 : 0;
     }
-    if (started_out != NULL)
+    PQclear(r);
+    if (err == BF_OK && started_out != NULL)
         *started_out = started;
-    return BF_OK;
+    return err;
 }

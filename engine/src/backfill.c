@@ -92,7 +92,9 @@ bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     bf_old_writers *ow = &out->old_writers;
     ow->watching = bf__field_bool(r, row, c++);
     bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, c++));
-    return bf__field_bool(r, row, c++);
+    bool watched = bf__field_bool(r, row, c++);
+    bf__copy(out->definition_digest, sizeof out->definition_digest, bf__field(r, row, c++));
+    return watched;
 }
 
 /* The index of id in out[0..n), looked for from hint on (the counts come in the order of the

@@ -349,7 +349,8 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,"                                  \
     " (w.backfill_id IS NOT NULL AND w.removed_at IS NULL)," /* the watchdog (watch.c) */          \
     " w.mode,"                                                                                     \
-    " w.backfill_id IS NOT NULL"
+    " w.backfill_id IS NOT NULL,"                                                                  \
+    " b.definition_digest"
 /* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
  * watch row (w). A locking read names b ("FOR UPDATE OF b"): v is the nullable side of the
  * join. The old-writer counts exist only under a watch row (watch.c records it with the

@@ -17,15 +17,17 @@
  *     not plan: undefined column, 42703), typed and without the query's text.
  *
  *   - a definition changed in place under the same stable ID (another update_set) fails closed
- *     in another process: registration refused as incompatible, the row never claimed, start
- *     and validation refused, the preflight reports it; a metadata-only change registers;
+ *     in another process: registration refused as incompatible, a Start of the pending row
+ *     refused, the row never claimed, start and validation refused, the preflight reports it;
+ *     a metadata-only change registers;
  *   - buzz-backfilld preflight over the demo module: a line per definition, exit 0; a key
  *     that is no longer unique makes its line FAIL and the exit 1; an ID no module defines
  *     exits 2.
  *
  * Guards proved (removing any one fails this test): preflight.c preflight_columns (the type
  * and the existence checks), preflight_index, plan_check's refusal of a scan that is not an
- * index scan, and actions.c action_start's call of bf__preflight.
+ * index scan, and actions.c action_start's call of bf__preflight and its comparison of the
+ * locked row's definition digest (test_changed_definition_under_the_same_id).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -231,6 +233,13 @@ static void test_changed_definition_under_the_same_id(void **state)
     bf_registry *r1 = bt_registry(d1, 1), *r2 = bt_registry(d2, 1), *r3 = bt_registry(d3, 1);
     bf_engine *e1 = bt_engine(r1, "pf-old", 0);
     assert_int_equal(bf_register_all(e1), BF_OK);
+    /* still pending: a Start from a process holding the changed definition is refused too
+     * (actions.c action_start compares the digest of the row it locked) */
+    bf_engine *e2s = bt_engine(r2, "pf-new-start", 0);
+    assert_int_equal(bt_act(e2s, BF_ACTION_START, v1.id), BF_ERR_INCOMPATIBLE);
+    assert_non_null(strstr(bf_engine_diag(e2s), "materially different definition"));
+    assert_int_equal(bt_get(e1, v1.id).state, BF_STATE_PENDING);
+    bf_engine_close(e2s);
     assert_int_equal(bt_act(e1, BF_ACTION_START, v1.id), BF_OK);
     bf_backfill before = bt_get(e1, v1.id);
 
