@@ -63,22 +63,17 @@ static const char *const transition_sql[] = {
                         " updated_at = clock_timestamp() WHERE id = $1" RETURNING_NOTIFY,
 };
 
-/* Capture the bound and enter running, in the caller's transaction; row: the row as read
- * under its lock in this transaction (its key types and digest cannot change meanwhile). */
-static bf_err action_start(bf_engine *e, const char *id, const bf_backfill *row, PGresult **res,
-                           char *detail, size_t cap)
+/* Capture the bound and enter running, in the caller's transaction; row and digest: the row
+ * as read under its lock in this transaction (bf__lock_row: they cannot change meanwhile). */
+static bf_err action_start(bf_engine *e, const char *id, const bf_backfill *row, const char *digest,
+                           PGresult **res, char *detail, size_t cap)
 {
     const bf_compiled *c = bf__registry_compiled(e->reg, id, NULL);
     if (c == NULL)
         return bf__diag(e, BF_ERR_UNKNOWN_DEFINITION, "this process has no definition for %s", id);
-    bool same = strcmp(row->key_types, c->key_types) == 0;
-    bool same_def =
-        row->definition_digest[0] == '\0' || strcmp(row->definition_digest, c->digest) == 0;
-    PGresult *r = NULL;
-    bf_err err;
-    if (!same)
+    if (strcmp(row->key_types, c->key_types) != 0)
         return bf__diag(e, BF_ERR_INCOMPATIBLE, "stored key types differ from the definition's");
-    if (!same_def)
+    if (digest[0] != '\0' && strcmp(digest, c->digest) != 0)
         return bf__diag(e, BF_ERR_INCOMPATIBLE,
                         "registered by a materially different definition: a changed definition"
                         " needs a new stable ID");
@@ -87,6 +82,8 @@ static bf_err action_start(bf_engine *e, const char *id, const bf_backfill *row,
      * (preflight.c) */
     char bound[BF_KEY_TEXT_MAX] = "";
     bool empty = true;
+    PGresult *r = NULL;
+    bf_err err;
     if ((err = bf__preflight(e, c, bound, &empty, NULL, 0)) != BF_OK)
         return err;
     char estimate[24] = "";
@@ -115,14 +112,16 @@ static bf_err action_start(bf_engine *e, const char *id, const bf_backfill *row,
     return err;
 }
 
-/* The transition itself, in the caller's transaction, with the row already locked. */
-static bf_err action_change(bf_engine *e, bf_action action, const char *id, bf_action_result *out)
+/* The transition itself, in the caller's transaction, with the row already locked (digest:
+ * its stored definition digest, for Start). */
+static bf_err action_change(bf_engine *e, bf_action action, const char *id, const char *digest,
+                            bf_action_result *out)
 {
     PGresult *r = NULL;
     char detail[64] = "";
     bf_err err;
     if (action == BF_ACTION_START) {
-        err = action_start(e, id, &out->row, &r, detail, sizeof detail);
+        err = action_start(e, id, &out->row, digest, &r, detail, sizeof detail);
     } else {
         const char *params[] = {id};
         err = bf__exec(e, &r, bf_action_name(action), transition_sql[action], 1, params);
@@ -237,14 +236,15 @@ bf_err bf_action_apply(bf_engine *e, bf_action action, const char *id, const bf_
         return out->err = stored;
     }
     if (err == BF_OK) {
-        err = bf__get_row(e, id, true, &out->row);
+        char digest[BF_DIGEST_HEX];
+        err = bf__lock_row(e, id, &out->row, digest);
         if (err == BF_OK) {
             out->prior = out->row.state;
             out->result = out->row.state;
             out->generation = out->row.generation;
             plan_kind plan = action_plan(action, out->prior);
             if (plan == PLAN_CHANGE) {
-                err = action_change(e, action, id, out);
+                err = action_change(e, action, id, digest, out);
                 if (err == BF_OK)
                     err = bf__get_row(e, id, false, &out->row);
             } else if (plan == PLAN_CONVERGED) {

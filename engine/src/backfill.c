@@ -92,9 +92,7 @@ bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     bf_old_writers *ow = &out->old_writers;
     ow->watching = bf__field_bool(r, row, c++);
     bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, c++));
-    bool watched = bf__field_bool(r, row, c++);
-    bf__copy(out->definition_digest, sizeof out->definition_digest, bf__field(r, row, c++));
-    return watched;
+    return bf__field_bool(r, row, c++);
 }
 
 /* The index of id in out[0..n), looked for from hint on (the counts come in the order of the
@@ -147,13 +145,15 @@ bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted
     return BF_OK;
 }
 
-bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
+/* bf__get_row, and under the row lock the digest of the definition that registered it (the
+ * locking read's last column: only Start needs it, so Get and List do not read it). */
+static bf_err get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out, char *digest)
 {
     static const char get_sql[] =
         "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1";
     static const char get_for_update_sql[] =
-        "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1"
-        " FOR UPDATE OF b";
+        "SELECT " BF_BACKFILL_COLUMNS ", b.definition_digest FROM " BF_BACKFILL_FROM
+        " WHERE b.id = $1 FOR UPDATE OF b";
     const char *sql = for_update ? get_for_update_sql : get_sql;
     PGresult *r = NULL;
     const char *params[] = {id};
@@ -166,8 +166,20 @@ bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *o
         return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
     }
     bool counted = bf__row_from_result(r, 0, out);
+    if (digest != NULL)
+        bf__copy(digest, BF_DIGEST_HEX, for_update ? bf__field(r, 0, PQnfields(r) - 1) : "");
     PQclear(r);
     return bf__old_writer_counts(e, out, &counted, 1);
+}
+
+bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
+{
+    return get_row(e, id, for_update, out, NULL);
+}
+
+bf_err bf__lock_row(bf_engine *e, const char *id, bf_backfill *out, char *digest)
+{
+    return get_row(e, id, true, out, digest);
 }
 
 bf_err bf_get(bf_engine *e, const char *id, bf_backfill *out)

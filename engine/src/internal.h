@@ -16,16 +16,18 @@
 
 /* ---- compiled definitions (registry.c, compile.c) ------------------------------------- */
 
+#define BF_DIGEST_HEX 65 /* a definition digest: SHA-256 in hex and its NUL */
+
 /* The SQL the engine derives from one definition, built once when it joins a registry. */
 typedef struct bf_compiled {
     const bf_definition *def;
-    char key_types[96]; /* canonical key signature, "timestamptz,bytea" */
-    char digest[65];    /* what the definition materially is, hex (compile.c definition_digest) */
-    char *sql_bound;    /* capture the inclusive upper bound: greatest key as text[] */
-    char *sql_estimate; /* planner row estimate of the source table */
-    char *sql_unique;   /* is the key unique and NOT NULL? (text verdict, NULL: no table) */
-    char *sql_loop;     /* declarative: CREATE the batch loop procedure (pg_temp.bf_loop_<i>) */
-    char *sql_call;     /* declarative: CALL it, one step of up to max batches */
+    char key_types[96];         /* canonical key signature, "timestamptz,bytea" */
+    char digest[BF_DIGEST_HEX]; /* what the definition materially is (compile.c) */
+    char *sql_bound;            /* capture the inclusive upper bound: greatest key as text[] */
+    char *sql_estimate;         /* planner row estimate of the source table */
+    char *sql_unique;           /* is the key unique and NOT NULL? (text verdict, NULL: no table) */
+    char *sql_loop;    /* declarative: CREATE the batch loop procedure (pg_temp.bf_loop_<i>) */
+    char *sql_call;    /* declarative: CALL it, one step of up to max batches */
     char *sql_keys[2]; /* callback forms: INSERT INTO bf_batch the next keys ($1 bound, $2 limit, $3
                           after) */
     char *sql_vchunk[2];    /* declarative validation chunk: count, bad, last key */
@@ -349,8 +351,7 @@ const char *bf__error_class_name(bf_err err);
     " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,"                                  \
     " (w.backfill_id IS NOT NULL AND w.removed_at IS NULL)," /* the watchdog (watch.c) */          \
     " w.mode,"                                                                                     \
-    " w.backfill_id IS NOT NULL,"                                                                  \
-    " b.definition_digest"
+    " w.backfill_id IS NOT NULL"
 /* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
  * watch row (w). A locking read names b ("FOR UPDATE OF b"): v is the nullable side of the
  * join. The old-writer counts exist only under a watch row (watch.c records it with the
@@ -399,6 +400,9 @@ int bf__gate_rows(const PGresult *r, int first, int col, bf_gate_entry *ids, int
 bf_err bf__key_unique(bf_engine *e, const bf_compiled *c);
 /* Read one row, optionally FOR UPDATE, inside the caller's transaction. */
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out);
+/* bf__get_row FOR UPDATE, with the stored definition digest (BF_DIGEST_HEX bytes; "" for a row
+ * registered before digests were kept). */
+bf_err bf__lock_row(bf_engine *e, const char *id, bf_backfill *out, char *digest);
 
 /* ---- audit (audit.c) ------------------------------------------------------------------- */
 

@@ -8,6 +8,10 @@
  * transition (test_run_to_completion: a session listening on buzz_backfill hears Start, Pause
  * and Resume, and nothing from a Pause that converged); without it no notification is sent.
  *
+ * Guard proved: actions.c bf_start_required's one read of the pending required rows
+ * (test_start_required): a required ID without a row is passed over; the earlier loop, a
+ * bf_get per required definition, stopped at it with BF_ERR_NOT_FOUND and started none after.
+ *
  * Guard proved: registry.c registry_ids_literal quotes every element of the text[] literal of
  * the registry's IDs (test_id_spelled_null): unquoted, the element null reads as SQL NULL, so
  * the claim of the next eligible row never finds that ID and the readiness gate reports an
@@ -59,6 +63,28 @@ static const bf_definition null_id = {
 };
 
 static const bf_definition *const defs[] = {&items_fix, &events_norm};
+
+/* two required definitions over items for the automatic start, one never registered */
+static const bf_definition req_unregistered = {
+    .id = "items.req_unregistered_v1",
+    .table = "public.items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .required = true,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2",
+};
+static const bf_definition req_registered = {
+    .id = "items.req_registered_v1",
+    .table = "public.items",
+    .key = {{"id", BF_KEY_BIGINT}},
+    .nkey = 1,
+    .batch_size = 100,
+    .required = true,
+    .needs_repair = "t.fixed IS NULL",
+    .update_set = "fixed = t.val * 2",
+};
 
 static int setup(void **state)
 {
@@ -197,6 +223,30 @@ static void test_run_to_completion(void **state)
     bf_registry_free(reg);
 }
 
+/* bf_start_required starts the registry's pending required rows, found by one read: a
+ * required ID with no row (not registered) is passed over, not an error that stops the rest;
+ * a row already started is not started again. */
+static void test_start_required(void **state)
+{
+    const bf_definition *const both[] = {&req_unregistered, &req_registered, &items_fix};
+    bf_registry *reg = bt_registry(both, 3);
+    bf_engine *e = bt_engine(reg, "t1", 0);
+    assert_int_equal(bf_register(e, &req_registered), BF_OK);
+    assert_int_equal(bf_register(e, &items_fix), BF_OK); /* not required: left as it is */
+    bf_actor who = {NULL, "automatic startup", NULL};
+    int started = -1;
+    assert_int_equal(bf_start_required(e, &who, &started), BF_OK);
+    assert_int_equal(started, 1);
+    assert_int_equal(bt_get(e, req_registered.id).state, BF_STATE_RUNNING);
+    started = -1;
+    assert_int_equal(bf_start_required(e, &who, &started), BF_OK);
+    assert_int_equal(started, 0);
+    bf_backfill row;
+    assert_int_equal(bf_get(e, req_unregistered.id, &row), BF_ERR_NOT_FOUND);
+    bf_engine_close(e);
+    bf_registry_free(reg);
+}
+
 /* Guard: registry.c registry_ids_literal's quoting of each ID in the text[] literal. */
 static void test_id_spelled_null(void **state)
 {
@@ -252,10 +302,9 @@ static void test_id_spelled_null(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_migrate_idempotent),
-        cmocka_unit_test(test_unknown_schema_version),
-        cmocka_unit_test(test_run_to_completion),
-        cmocka_unit_test(test_id_spelled_null),
+        cmocka_unit_test(test_migrate_idempotent), cmocka_unit_test(test_unknown_schema_version),
+        cmocka_unit_test(test_run_to_completion),  cmocka_unit_test(test_id_spelled_null),
+        cmocka_unit_test(test_start_required),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -282,9 +282,6 @@ typedef struct bf_backfill {
     char revision[BF_META_MAX + 1];
     char key_types[96]; /* "timestamptz,bytea" */
     int batch_size;
-    /* the SHA-256 (hex) of the definition that registered the row; "" for a row registered
-     * before digests were kept (Start then takes any definition with the same key types) */
-    char definition_digest[65];
 
     bool has_bound;   /* bound captured (start happened) */
     bool bound_empty; /* captured bound of an empty source set */
