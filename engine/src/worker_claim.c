@@ -175,24 +175,26 @@ static bf_err worker_claim_id(bf_worker *w, const char *id, bool validating)
  * nothing does the second read name the IDs, so work this process knows is never hidden behind
  * other processes' rows.
  */
-#define FIND_WORK_TRIES    16
-#define FIND_WORK_SCAN     256
-#define FIND_WORK_SCAN_SQL " LIMIT 256" /* FIND_WORK_SCAN */
+#define FIND_WORK_TRIES   16
+#define FIND_WORK_SCAN    256
+#define FIND_WORK_STR_(n) #n
+#define FIND_WORK_STR(n)  FIND_WORK_STR_(n) /* a limit above, as SQL text */
 
 #define FIND_WORK_ELIGIBLE                                                                         \
     " state IN ('running', 'validating')"                                                          \
     " AND (claim_owner IS NULL OR claim_expires_at <= clock_timestamp())"                          \
     " AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp())"
 
-/* Try the rows of r (id, validating) that this process knows, up to *tries of them. */
-static bf_err worker_claim_rows(bf_worker *w, PGresult *r, int *tries)
+/* Try the rows of r (id, validating) that this process knows, up to FIND_WORK_TRIES of them. */
+static bf_err worker_claim_rows(bf_worker *w, PGresult *r)
 {
     bf_err err = bf__diag(w->e, BF_ERR_NO_WORK, "no eligible work");
-    for (int i = 0; i < PQntuples(r) && err == BF_ERR_NO_WORK && *tries > 0; i++) {
+    int tries = FIND_WORK_TRIES;
+    for (int i = 0; i < PQntuples(r) && err == BF_ERR_NO_WORK && tries > 0; i++) {
         const char *id = bf__field(r, i, 0);
         if (bf__registry_compiled(w->e->reg, id, NULL) == NULL)
             continue; /* another process's definition */
-        (*tries)--;
+        tries--;
         err = worker_claim_id(w, id, bf__field_bool(r, i, 1));
     }
     return err;
@@ -202,25 +204,23 @@ static bf_err worker_find_work(bf_worker *w)
 {
     static const char scan_sql[] =
         "SELECT id, state = 'validating' FROM buzz_backfill.backfill"
-        " WHERE" FIND_WORK_ELIGIBLE " ORDER BY updated_at" FIND_WORK_SCAN_SQL;
+        " WHERE" FIND_WORK_ELIGIBLE " ORDER BY updated_at LIMIT " FIND_WORK_STR(FIND_WORK_SCAN);
     static const char named_sql[] = "SELECT id, state = 'validating' FROM buzz_backfill.backfill"
                                     " WHERE id = ANY($1::text[]) AND" FIND_WORK_ELIGIBLE
-                                    " ORDER BY updated_at LIMIT 16"; /* TRIES */
+                                    " ORDER BY updated_at LIMIT " FIND_WORK_STR(FIND_WORK_TRIES);
     PGresult *r = NULL;
     bf_err err = bf__exec(w->e, &r, "find work", scan_sql, 0, NULL);
     if (err != BF_OK)
         return err;
-    int tries = FIND_WORK_TRIES;
     bool full = PQntuples(r) == FIND_WORK_SCAN;
-    err = worker_claim_rows(w, r, &tries);
+    err = worker_claim_rows(w, r);
     PQclear(r);
     if (err != BF_ERR_NO_WORK || !full)
         return err;
     const char *params[] = {bf__registry_ids(w->e->reg, false)};
     if ((err = bf__exec(w->e, &r, "find work", named_sql, 1, params)) != BF_OK)
         return err;
-    tries = FIND_WORK_TRIES;
-    err = worker_claim_rows(w, r, &tries);
+    err = worker_claim_rows(w, r);
     PQclear(r);
     return err;
 }

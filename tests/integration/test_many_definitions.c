@@ -250,15 +250,6 @@ static void test_daemon_starts_on_many_files(void **state)
  * FIND_WORK_SCAN, 256). */
 #define SCAN_PAST 300
 
-/* Whether id is claimed by owner. */
-static bool claimed_by(const char *id, const char *owner)
-{
-    return bt_int(pg,
-                  "SELECT count(*) FROM buzz_backfill.backfill WHERE id = '%s'"
-                  " AND claim_owner = '%s'",
-                  id, owner) == 1;
-}
-
 static void test_worker_finds_its_work_behind_others(void **state)
 {
     (void)state;
@@ -288,12 +279,12 @@ static void test_worker_finds_its_work_behind_others(void **state)
     int64_t generation = 0;
     if (bf_worker_claim(w, NULL, &generation) != BF_OK)
         fail_msg("the process of %s found no work: %s", ids[SCAN_PAST - 1], bf_engine_diag(b));
-    assert_true(claimed_by(ids[SCAN_PAST - 1], "many-last"));
+    assert_string_equal(bt_get(b, ids[SCAN_PAST - 1]).claim_owner, "many-last");
     bf_worker_free(w); /* releases the claim */
     /* one that knows them all takes the oldest first, as before */
     assert_int_equal(bf_worker_new(&w, a, NULL), BF_OK);
     assert_int_equal(bf_worker_claim(w, NULL, &generation), BF_OK);
-    assert_true(claimed_by(ids[0], "many-all"));
+    assert_string_equal(bt_get(a, ids[0]).claim_owner, "many-all");
     bf_worker_free(w);
     bf_engine_close(b);
     bf_registry_free(last);
