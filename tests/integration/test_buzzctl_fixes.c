@@ -515,7 +515,10 @@ static void test_timeout_units(void **state)
 {
     (void)state;
     Buzz__Backfill__V1__WhoAmIResponse who = BUZZ__BACKFILL__V1__WHO_AM_IRESPONSE__INIT;
-    const char *forms[] = {"3s", "3000", "3"};
+    /* the bare 900 is 900 ms (900 s would be a deadline of 900,000): long enough to be
+     * answered; a request that times out here can leave buzzctl's nng_close waiting on nng
+     * 1.5.2's wedged reaper (seen under ASan and load: the test then hung) */
+    const char *forms[] = {"3s", "3000", "900"};
     uint32_t deadline[3];
     fake f;
     fake_open(&f);
@@ -530,8 +533,7 @@ static void test_timeout_units(void **state)
         ctl_finish(&r);
         buzz__backfill__v1__request_envelope__free_unpacked(env, NULL);
         bool warned = strstr(r.err, "warning: --timeout") != NULL;
-        /* 3 ms may run out before the answer is read: exit 6 then */
-        if ((r.status != 0 && !(i == 2 && r.status == 6)) || warned != (i > 0))
+        if (r.status != 0 || warned != (i > 0))
             fail_msg("--timeout %s: exit %d, stderr:\n%s", forms[i], r.status, r.err);
         if (i == 1)
             assert_non_null(strstr(r.err, "--timeout 3000 has no unit: taken as milliseconds "
@@ -540,7 +542,7 @@ static void test_timeout_units(void **state)
     }
     fake_close(&f);
     if (deadline[0] < 500 || deadline[0] > 3000 || deadline[1] + 100 < deadline[0] ||
-        deadline[1] > deadline[0] + 100 || deadline[2] > 3)
+        deadline[1] > deadline[0] + 100 || deadline[2] > 900)
         fail_msg("deadlines %u %u %u", deadline[0], deadline[1], deadline[2]);
 
     /* ready --timeout: a bare number is seconds, and units work there too */
