@@ -22,6 +22,7 @@
 #include "buzz/backfill/v1/admin.pb-c.h"
 #include "buzz/backfill/v1/readiness.pb-c.h"
 #include "buzz/backfill/v1/rpc.pb-c.h"
+#include "buzz/bounded.h"
 #include "buzz/client.h"
 #include "buzz/status.h"
 
@@ -469,13 +470,43 @@ fail:
     return err;
 }
 
+/* What the closing thread owns (bf_bounded_run): the socket and the TLS configuration its
+ * dialer holds. */
+typedef struct bfc_closer {
+    nng_socket sock;
+    nng_tls_config *tls;
+} bfc_closer;
+
+static void bfc_closer_close(void *arg)
+{
+    bfc_closer *k = arg;
+    nng_close(k->sock);
+    if (k->tls != NULL)
+        nng_tls_config_free(k->tls);
+}
+
+static void bfc_close_socket(bfc_client *c)
+{
+    bfc_closer *k = malloc(sizeof *k);
+    if (k == NULL) {
+        nng_close(c->sock); /* unbounded, as before: no memory to hand it over */
+        if (c->tls != NULL)
+            nng_tls_config_free(c->tls);
+        return;
+    }
+    k->sock = c->sock;
+    k->tls = c->tls;
+    if (bf_bounded_run(bfc_closer_close, free, k, BFC_CLOSE_BOUND_MS))
+        free(k);
+}
+
 void bfc_close(bfc_client *c)
 {
     if (c == NULL)
         return;
     if (c->sock_open)
-        nng_close(c->sock);
-    if (c->tls != NULL)
+        bfc_close_socket(c);
+    else if (c->tls != NULL)
         nng_tls_config_free(c->tls);
     if (c->token != NULL) {
         sodium_memzero(c->token, strlen(c->token));

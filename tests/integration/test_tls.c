@@ -9,6 +9,9 @@
  *   - a client that verifies another name ("wrong.example") is refused at the handshake;
  *   - a client that trusts only the unrelated authority is refused at the handshake.
  *
+ * And the daemon's stop with an nng_close that never returns is bounded
+ * (test_stop_with_a_held_close_is_bounded).
+ *
  * Guards proved: the client's certificate verification (client.c: the CA and the server name
  * given to nng's TLS configuration with verification required); removing the name or the CA
  * check makes the "wrong name" or "untrusted CA" case succeed, and this test fail.
@@ -18,6 +21,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,20 +77,6 @@ static int whoami(const char *url, const char *ca, const char *name, const char 
 static void test_tls_listener_with_a_real_certificate(void **state)
 {
     (void)state;
-    /* a CA, a server certificate for localhost signed by it, an unrelated CA */
-    sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2"
-       " -subj /CN=buzz-test-ca >/dev/null 2>&1",
-       dir);
-    sh("cd %s && openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr"
-       " -subj /CN=localhost >/dev/null 2>&1 &&"
-       " printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf &&"
-       " openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem"
-       " -days 2 -extfile ext.cnf >/dev/null 2>&1 && cat srv.pem srv.key > srv-bundle.pem &&"
-       " chmod 600 srv-bundle.pem",
-       dir);
-    sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem"
-       " -days 2 -subj /CN=other-ca >/dev/null 2>&1",
-       dir);
     char bundle[160], ca[160], other[160];
     snprintf(bundle, sizeof bundle, "%s/srv-bundle.pem", dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
@@ -110,12 +100,53 @@ static void test_tls_listener_with_a_real_certificate(void **state)
     bd_stop(&daemon_);
 }
 
+/* Guard: the daemon's bounded close at stop (transport.c transport_close_sockets through
+ * bf_bounded_run). The tls+tcp listener is an nng socket; a preloaded nng_close that never
+ * returns stands in for nng 1.5.2's wedged reaper. SIGTERM still ends the daemon with 0, and
+ * its log says the listeners were left. Closing on the stopping thread, it never exits
+ * (bd_signal_wait kills it after its bound and fails). */
+static void test_stop_with_a_held_close_is_bounded(void **state)
+{
+    (void)state;
+    char bundle[160], mark[160];
+    snprintf(bundle, sizeof bundle, "%s/srv-bundle.pem", dir);
+    snprintf(mark, sizeof mark, "%s/held", dir);
+    bd_options o = bd_defaults();
+    o.workers = 0;
+    o.tls_cert_key_file = bundle;
+    bt_preload(BUZZ_HOLD_CLOSE_PATH);
+    setenv("BUZZ_TEST_HOLD_MARK", mark, 1);
+    bd_start(&daemon_, &o);
+    bt_preload(NULL);
+    unsetenv("BUZZ_TEST_HOLD_MARK");
+    int st = bd_signal_wait(&daemon_, SIGTERM);
+    if (st != 0)
+        fail_msg("exit status %d after SIGTERM; see %s", st, daemon_.log);
+    if (access(mark, F_OK) != 0)
+        fail_msg("the preloaded nng_close was never called: the test proved nothing");
+    assert_true(bd_log_contains(&daemon_, "the listeners did not close within"));
+}
+
 static int group_setup(void **state)
 {
     (void)state;
     pg = bd_suite_open("tls");
     snprintf(dir, sizeof dir, "/tmp/buzz-tls-XXXXXX");
     assert_non_null(mkdtemp(dir));
+    /* a CA, a server certificate for localhost signed by it, an unrelated CA */
+    sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2"
+       " -subj /CN=buzz-test-ca >/dev/null 2>&1",
+       dir);
+    sh("cd %s && openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr"
+       " -subj /CN=localhost >/dev/null 2>&1 &&"
+       " printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf &&"
+       " openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem"
+       " -days 2 -extfile ext.cnf >/dev/null 2>&1 && cat srv.pem srv.key > srv-bundle.pem &&"
+       " chmod 600 srv-bundle.pem",
+       dir);
+    sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem"
+       " -days 2 -subj /CN=other-ca >/dev/null 2>&1",
+       dir);
     return 0;
 }
 
@@ -134,6 +165,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_listener_with_a_real_certificate),
+        cmocka_unit_test(test_stop_with_a_held_close_is_bounded),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -326,6 +326,35 @@ int bt_wait_child(pid_t pid)
     return -1;
 }
 
+void bt_preload(const char *lib)
+{
+    static char *saved_asan;
+    static bool active;
+    if (lib == NULL) {
+        if (!active)
+            return;
+        unsetenv("LD_PRELOAD");
+        if (saved_asan != NULL)
+            setenv("ASAN_OPTIONS", saved_asan, 1);
+        else
+            unsetenv("ASAN_OPTIONS");
+        free(saved_asan);
+        saved_asan = NULL;
+        active = false;
+        return;
+    }
+    const char *asan = getenv("ASAN_OPTIONS");
+    if (!active) {
+        saved_asan = asan != NULL ? strdup(asan) : NULL;
+        active = true;
+    }
+    char opts[1024];
+    snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", saved_asan ? saved_asan : "",
+             saved_asan && saved_asan[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+    setenv("LD_PRELOAD", lib, 1);
+}
+
 bf_backfill bt_get(bf_engine *e, const char *id)
 {
     bf_backfill row;

@@ -76,6 +76,10 @@ pid_t bt_spawn(int (*fn)(void *), void *arg);
 /* Wait for a child; returns its exit status (or 128+signal). */
 int bt_wait_child(pid_t pid);
 
+/* Children started from now on preload lib (LD_PRELOAD), with ASan's link-order check off (a
+ * preloaded library comes before the ASan runtime); NULL restores the environment as it was. */
+void bt_preload(const char *lib);
+
 /* Read a backfill row through the engine API. */
 bf_backfill bt_get(bf_engine *e, const char *id);
 

@@ -104,7 +104,8 @@
  *   flood of slow requests from tokens holders, of cheap refusals from anyone), and operators
  *   on the local socket stay served.
  * - Stop is bounded: the replies in flight end within the send timeout; the sockets are closed
- *   by a helper thread, and if nng_close() has not returned after SRV_TRANSPORT_CLOSE_BOUND_MS
+ *   on a thread of their own (bf_bounded_run), and if nng_close() has not returned after
+ *   SRV_TRANSPORT_CLOSE_BOUND_MS
  *   (the wedge above), stop logs it and returns, and the transport's memory is kept: nng's
  *   callbacks may still reference it.
  * Refusals and drops are logged at most once per TRANSPORT_NOTE_MS per kind, with a count, so a
@@ -135,6 +136,7 @@
 #include <nng/supplemental/util/platform.h>
 #include <sodium.h>
 
+#include "buzz/bounded.h"
 #include "transport_impl.h"
 
 #define TRANSPORT_DEFAULT_THREADS 4
@@ -473,38 +475,20 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
 
 /* ---- stop ---------------------------------------------------------------------------------- */
 
-/* Closes sockets on its own thread, so stop can stop waiting for it. Freed by stop when the
- * close finished in time, else by this thread when (if ever) it does. */
+/* What the closing thread owns (bf_bounded_run): freed by stop when the close finished in
+ * time, else by that thread when (if ever) it does. */
 typedef struct transport_closer {
     nng_socket sock;
     bool sock_open;
     srv_canary *canary; /* closing its sockets needs the reaper too */
-    pthread_mutex_t mtx;
-    pthread_cond_t cond;
-    bool done, abandoned;
 } transport_closer;
 
-static void transport_closer_free(transport_closer *c)
-{
-    pthread_cond_destroy(&c->cond);
-    pthread_mutex_destroy(&c->mtx);
-    free(c);
-}
-
-static void *transport_closer_main(void *arg)
+static void transport_closer_close(void *arg)
 {
     transport_closer *c = arg;
     if (c->sock_open)
         nng_close(c->sock); /* closes the listeners and their connections */
     srv_canary_free(c->canary);
-    pthread_mutex_lock(&c->mtx);
-    c->done = true;
-    bool orphan = c->abandoned;
-    pthread_cond_signal(&c->cond);
-    pthread_mutex_unlock(&c->mtx);
-    if (orphan)
-        transport_closer_free(c);
-    return NULL;
 }
 
 /* Close every open socket within SRV_TRANSPORT_CLOSE_BOUND_MS; false when it did not finish. */
@@ -518,37 +502,9 @@ static bool transport_close_sockets(srv_transport *t)
     t->nng.sock_open = false;
     c->canary = t->canary;
     t->canary = NULL;
-    pthread_mutex_init(&c->mtx, NULL);
-    transport_cond_init(&c->cond);
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, transport_closer_main, c) != 0) {
-        if (c->sock_open)
-            nng_close(c->sock);
-        srv_canary_free(c->canary);
-        transport_closer_free(c);
-        return true;
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += SRV_TRANSPORT_CLOSE_BOUND_MS / 1000;
-    until.tv_nsec += (long)(SRV_TRANSPORT_CLOSE_BOUND_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&c->mtx);
-    while (!c->done && pthread_cond_timedwait(&c->cond, &c->mtx, &until) != ETIMEDOUT)
-        ;
-    bool done = c->done;
-    if (!done)
-        c->abandoned = true;
-    pthread_mutex_unlock(&c->mtx);
-    if (done) {
-        pthread_join(thread, NULL);
-        transport_closer_free(c);
-    } else {
-        pthread_detach(thread);
-    }
+    bool done = bf_bounded_run(transport_closer_close, free, c, SRV_TRANSPORT_CLOSE_BOUND_MS);
+    if (done)
+        free(c);
     return done;
 }
 
