@@ -66,7 +66,7 @@
 #                         [--target-ms MS] [--step-ms MS] [--rounds N] [--no-control]
 #                         [--no-latency] [--latency-factor F] [--window-ms MS] [--pin]
 #                         [--load-kind relay|tpcb] [--driver relayload|pgbench]
-#                         [--driver-cpu 0|1] [--durable] [--traces DIR]
+#                         [--driver-cpu 0|1] [--durable [--wal-parent DIR]] [--traces DIR]
 #                         [--server-set 'NAME = VALUE']... [--backfill-pgoptions OPTS]
 #                         [--throttle-conf 'KEY = VALUE']... [--fillfactor N]
 #        --fillfactor N: demo.events rewritten with that fillfactor in the template (free room
@@ -78,6 +78,10 @@
 #        DIR/PHASE.ROUND
 #        --server-set 'NAME = VALUE': ALTER SYSTEM on the server for the run (reset at the
 #        end; only settings a reload applies, e.g. 'wal_compression = lz4')
+#        --wal-parent DIR (with --durable): the durable cluster's pg_wal in a fresh directory
+#        under DIR, e.g. /dev/shm: a diagnostic of a WAL device whose flush takes microseconds
+#        (a battery-backed write cache, NVRAM); tmpfs is not durable, so such a run is never
+#        the goal's measurement (the report says so on its server line)
 #        --backfill-pgoptions OPTS: PGOPTIONS for every session of the daemon and of the by-hand
 #        loop, e.g. '-c synchronous_commit=off' (an experiment: every write of the daemon's,
 #        its lifecycle and audit too, then stops waiting for the WAL flush)
@@ -108,6 +112,7 @@ PIN=0
 LOAD_KIND=relay
 DRIVER=""
 DURABLE=0
+WAL_PARENT=""
 TRACES=""
 SERVER_SETS=()
 BACKFILL_PGOPTIONS=""
@@ -133,6 +138,7 @@ while (($#)); do
     --window-ms) WINDOW_MS="$2"; shift 2 ;;
     --pin) PIN=1; shift ;;
     --durable) DURABLE=1; shift ;;
+    --wal-parent) WAL_PARENT="$2"; shift 2 ;;
     --traces) TRACES="$2"; shift 2 ;;
     --server-set) SERVER_SETS+=("$2"); shift 2 ;;
     --backfill-pgoptions) BACKFILL_PGOPTIONS="$2"; shift 2 ;;
@@ -157,6 +163,10 @@ done
 }
 [[ -z "$FILLFACTOR" || ("$FILLFACTOR" =~ ^[0-9]+$ && FILLFACTOR -ge 10 && FILLFACTOR -le 100) ]] || {
     echo "coexist.sh: --fillfactor is 10 to 100" >&2
+    exit 2
+}
+[[ -z "$WAL_PARENT" || ($DURABLE == 1 && -d "$WAL_PARENT" && -z "${BUZZ_BENCH_PG_URL:-}") ]] || {
+    echo "coexist.sh: --wal-parent needs --durable, an existing directory and no BUZZ_BENCH_PG_URL" >&2
     exit 2
 }
 [[ -n "$DRIVER" ]] || { [[ "$LOAD_KIND" == relay ]] && DRIVER=relayload || DRIVER=pgbench; }
@@ -187,9 +197,17 @@ DURABLE_STARTED=0
 if ((DURABLE)) && [[ -z "${BUZZ_BENCH_PG_URL:-}" ]]; then
     # production durability: scripts/pg.sh's side cluster with fsync, full_page_writes and
     # synchronous_commit on (it needs the private cluster running)
+    if "$ROOT/scripts/pg.sh" durable-url >/dev/null 2>&1; then
+        [[ -z "$WAL_PARENT" ]] || {
+            echo "coexist.sh: --wal-parent: the durable cluster runs already (scripts/pg.sh durable-stop)" >&2
+            rm -rf "$TMP"
+            exit 2
+        }
+    else
+        DURABLE_STARTED=1
+    fi
     bench_pg_start
-    "$ROOT/scripts/pg.sh" durable-url >/dev/null 2>&1 || DURABLE_STARTED=1
-    BUZZ_BENCH_PG_URL="$("$ROOT/scripts/pg.sh" durable-start)"
+    BUZZ_BENCH_PG_URL="$(BUZZ_PG_DURABLE_WAL_PARENT="$WAL_PARENT" "$ROOT/scripts/pg.sh" durable-start)"
 else
     bench_pg_start
 fi
@@ -692,6 +710,9 @@ printf '%s %s\n' "coexist: $SECONDS_PER_PHASE s a phase, $ROUNDS round(s), $CLIE
 printf 'coexist: server %s%s\n' "$(psql -X -qtAc "SELECT string_agg(name || ' ' || setting, ', ' ORDER BY name)
     FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_compression')" \
     "$SERVER_URL")" "${SERVER_SETS[*]:+ (set for the run: ${SERVER_SETS[*]})}"
+[[ -z "$WAL_PARENT" ]] ||
+    printf 'coexist: pg_wal under %s (%s): a diagnostic of a fast WAL device, NOT durable, NOT the goal measurement\n' \
+        "$WAL_PARENT" "$(stat -f -c %T "$WAL_PARENT" 2>/dev/null || echo '?')"
 row() { printf '%-16s %9s %8s %8s %15s %7s %9s %9s %s\n' "$@"; }
 mbs() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
 # after_phase LABEL: keep the phase's wait-event summary and placement for the report

@@ -47,7 +47,9 @@ Private PostgreSQL 15 cluster for buzz-backfill tests and the demo
            full_page_writes and synchronous_commit on (otherwise the settings
            of the private cluster), on another free port, for benchmarks
            (bench/scale.sh --durable); prints its libpq URL; succeeds at once
-           if it already runs
+           if it already runs. BUZZ_PG_DURABLE_WAL_PARENT=DIR puts its pg_wal
+           in a fresh directory under DIR (e.g. /dev/shm: a diagnostic of a WAL
+           device that flushes in microseconds; tmpfs is NOT durable)
   durable-stop
            stop the durable cluster and delete it (stop does this too)
   durable-url
@@ -527,6 +529,9 @@ side_stop()
     if side_running "$1"; then
         as_owner "$BINDIR/pg_ctl" stop -D "$1" -m immediate -w -t 30 >/dev/null || true
     fi
+    if [[ -L "$1/pg_wal" ]]; then # initdb --waldir: the WAL lives elsewhere
+        as_owner rm -rf "$(readlink "$1/pg_wal")"
+    fi
     [[ -d "$1" ]] && as_owner rm -rf "$1"
     return 0
 }
@@ -697,9 +702,15 @@ cmd_durable_start()
         side_url "$DDATA"
         return 0
     fi
-    as_owner rm -rf "$DDATA"
+    side_stop "$DDATA"
+    local waldir=()
+    if [[ -n "${BUZZ_PG_DURABLE_WAL_PARENT:-}" ]]; then
+        [[ -d "$BUZZ_PG_DURABLE_WAL_PARENT" ]] ||
+            die "BUZZ_PG_DURABLE_WAL_PARENT: no directory $BUZZ_PG_DURABLE_WAL_PARENT"
+        waldir=(--waldir "$BUZZ_PG_DURABLE_WAL_PARENT/buzz-durable-wal.$$")
+    fi
     as_owner "$BINDIR/initdb" -D "$DDATA" --auth=trust -U postgres --encoding=UTF8 --locale=C \
-        >"$STATE/durable-initdb.log" 2>&1 || {
+        "${waldir[@]}" >"$STATE/durable-initdb.log" 2>&1 || {
         cat "$STATE/durable-initdb.log" >&2
         die "initdb of the durable cluster failed"
     }
