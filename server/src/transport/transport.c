@@ -105,9 +105,8 @@
  *   on the local socket stay served.
  * - Stop is bounded: the replies in flight end within the send timeout; the sockets are closed
  *   on a thread of their own (bf_bounded_run), and if nng_close() has not returned after
- *   SRV_TRANSPORT_CLOSE_BOUND_MS
- *   (the wedge above), stop logs it and returns, and the transport's memory is kept: nng's
- *   callbacks may still reference it.
+ *   SRV_TRANSPORT_CLOSE_BOUND_MS (the wedge above), stop logs it and returns, and the
+ *   transport's memory is kept: nng's callbacks may still reference it.
  * Refusals and drops are logged at most once per TRANSPORT_NOTE_MS per kind, with a count, so a
  * flood cannot flood the log.
  *
