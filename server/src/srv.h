@@ -31,7 +31,8 @@
  * (top)
  *   log.c        the log, its levels and the monotonic clock
  *   notify.c     the systemd notify protocol
- *   startup.c    the startup order of DESIGN.md; workers; signals
+ *   startup.c    the startup order of DESIGN.md; workers
+ *   signals.c    SIGTERM/SIGINT stop, SIGHUP reloads, a fatal stop
  *   main.c       composes the above
  *
  * Threading: srv_context is built before serving starts and is read-only afterwards (except
