@@ -1018,6 +1018,7 @@ typedef struct stop_job {
     int code;
     bf_err transport;
     char detail[200]; /* the client's transport detail, for a failure's message */
+    char request_id[2 * BFC_REQUEST_ID_LEN + 1];
 } stop_job;
 
 static void *stop_client_thread(void *arg)
@@ -1035,6 +1036,7 @@ static void *stop_client_thread(void *arg)
     job->transport = st.transport;
     snprintf(job->detail, sizeof job->detail, "%s (%d attempt(s))", st.transport_detail,
              st.attempts);
+    snprintf(job->request_id, sizeof job->request_id, "%s", st.request_id);
     bfc_close(c);
     return NULL;
 }
@@ -1080,9 +1082,13 @@ static void test_stop_finishes_in_flight(void **state)
     pthread_mutex_unlock(&stub.mtx);
     pthread_join(stopper, NULL);
     pthread_join(client, NULL);
-    if (job.transport != BF_OK || job.code != SC(OK))
-        fail_msg("the request in flight was not answered: transport %s, code %d: %s",
-                 bf_err_name(job.transport), job.code, job.detail);
+    if (job.transport != BF_OK || job.code != SC(OK)) {
+        pthread_mutex_lock(&stub.mtx);
+        fail_msg("the request in flight was not answered: transport %s, code %d: %s; the "
+                 "client's request %s, the handler's %d call(s), the first %s",
+                 bf_err_name(job.transport), job.code, job.detail, job.request_id, stub.calls,
+                 stub.n_ids > 0 ? stub.ids[0] : "-");
+    }
 
     bfc_client *c = NULL;
     assert_int_equal(bfc_open(&c, url, NULL, diag, sizeof diag), BF_ERR_UNAVAILABLE);
@@ -1423,5 +1429,7 @@ int main(void)
         cmocka_unit_test(test_hello_timeout),
         cmocka_unit_test(test_ipc_live_socket_is_refused),
     };
+    if (getenv("BUZZ_TEST_FILTER") != NULL) /* one test while debugging */
+        cmocka_set_test_filter(getenv("BUZZ_TEST_FILTER"));
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
