@@ -64,28 +64,6 @@ static const bf_definition null_id = {
 
 static const bf_definition *const defs[] = {&items_fix, &events_norm};
 
-/* two required definitions over items for the automatic start, one never registered */
-static const bf_definition req_unregistered = {
-    .id = "items.req_unregistered_v1",
-    .table = "public.items",
-    .key = {{"id", BF_KEY_BIGINT}},
-    .nkey = 1,
-    .batch_size = 100,
-    .required = true,
-    .needs_repair = "t.fixed IS NULL",
-    .update_set = "fixed = t.val * 2",
-};
-static const bf_definition req_registered = {
-    .id = "items.req_registered_v1",
-    .table = "public.items",
-    .key = {{"id", BF_KEY_BIGINT}},
-    .nkey = 1,
-    .batch_size = 100,
-    .required = true,
-    .needs_repair = "t.fixed IS NULL",
-    .update_set = "fixed = t.val * 2",
-};
-
 static int setup(void **state)
 {
     bt_db_create("engine_basic");
@@ -228,6 +206,11 @@ static void test_run_to_completion(void **state)
  * a row already started is not started again. */
 static void test_start_required(void **state)
 {
+    /* items_fix made required under two more IDs: one registered, one never registered */
+    bf_definition req_unregistered = items_fix, req_registered = items_fix;
+    req_unregistered.id = "items.req_unregistered_v1";
+    req_registered.id = "items.req_registered_v1";
+    req_unregistered.required = req_registered.required = true;
     const bf_definition *const both[] = {&req_unregistered, &req_registered, &items_fix};
     bf_registry *reg = bt_registry(both, 3);
     bf_engine *e = bt_engine(reg, "t1", 0);
