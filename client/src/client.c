@@ -470,48 +470,25 @@ fail:
     return err;
 }
 
-/* What the closing thread owns (bf_bounded_run): the socket and the TLS configuration its
- * dialer holds. */
-typedef struct bfc_closer {
-    nng_socket sock;
-    nng_tls_config *tls;
-} bfc_closer;
-
-static void bfc_closer_close(void *arg)
+/* The socket and the TLS configuration its dialer holds (bf_bounded_run's call). */
+static void bfc_close_transport(void *arg)
 {
-    bfc_closer *k = arg;
-    nng_close(k->sock);
-    if (k->tls != NULL)
-        nng_tls_config_free(k->tls);
-}
-
-static void bfc_close_socket(bfc_client *c)
-{
-    bfc_closer *k = malloc(sizeof *k);
-    if (k == NULL) {
-        nng_close(c->sock); /* unbounded, as before: no memory to hand it over */
-        if (c->tls != NULL)
-            nng_tls_config_free(c->tls);
-        return;
-    }
-    k->sock = c->sock;
-    k->tls = c->tls;
-    if (bf_bounded_run(bfc_closer_close, free, k, BFC_CLOSE_BOUND_MS))
-        free(k);
+    bfc_client *c = arg;
+    if (c->sock_open)
+        nng_close(c->sock);
+    if (c->tls != NULL)
+        nng_tls_config_free(c->tls);
 }
 
 void bfc_close(bfc_client *c)
 {
     if (c == NULL)
         return;
-    if (c->sock_open)
-        bfc_close_socket(c);
-    else if (c->tls != NULL)
-        nng_tls_config_free(c->tls);
-    if (c->token != NULL) {
-        sodium_memzero(c->token, strlen(c->token));
-        free(c->token);
-    }
+    (void)bfc_set_token(c, NULL); /* wiped now, whether the close ends in time or not */
+    if (!c->sock_open)            /* bfc_open failed before its socket: nothing nng could hold */
+        bfc_close_transport(c);
+    else if (!bf_bounded_run(bfc_close_transport, free, c, BFC_CLOSE_BOUND_MS))
+        return; /* its thread frees c if the close ever returns */
     free(c);
 }
 

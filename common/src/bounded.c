@@ -42,30 +42,39 @@ static void *bounded_main(void *p)
     return NULL;
 }
 
-bool bf_bounded_run(void (*call)(void *arg), void (*release)(void *arg), void *arg, int bound_ms)
+/* The shared state with its mutex and its monotonic condition variable; NULL when any of them
+ * cannot be had. */
+static bounded *bounded_new(void (*call)(void *), void (*release)(void *), void *arg)
 {
     bounded *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
     pthread_condattr_t attr;
-    bool cond_ok = false;
-    if (b != NULL && pthread_condattr_init(&attr) == 0) {
-        cond_ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
-                  pthread_cond_init(&b->cond, &attr) == 0;
+    bool ok = pthread_condattr_init(&attr) == 0;
+    bool cond = ok && pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+                pthread_cond_init(&b->cond, &attr) == 0;
+    if (ok)
         pthread_condattr_destroy(&attr);
-    }
-    pthread_t thread;
-    if (!cond_ok || pthread_mutex_init(&b->mtx, NULL) != 0) {
-        if (cond_ok)
+    if (!cond || pthread_mutex_init(&b->mtx, NULL) != 0) {
+        if (cond)
             pthread_cond_destroy(&b->cond);
         free(b);
-        call(arg); /* no memory for a thread's state: unbounded, as a plain call would be */
-        return true;
+        return NULL;
     }
     b->call = call;
     b->release = release;
     b->arg = arg;
-    if (pthread_create(&thread, NULL, bounded_main, b) != 0) {
-        bounded_free(b);
-        call(arg);
+    return b;
+}
+
+bool bf_bounded_run(void (*call)(void *arg), void (*release)(void *arg), void *arg, int bound_ms)
+{
+    bounded *b = bounded_new(call, release, arg);
+    pthread_t thread;
+    if (b == NULL || pthread_create(&thread, NULL, bounded_main, b) != 0) {
+        if (b != NULL)
+            bounded_free(b);
+        call(arg); /* no thread to run it on: unbounded, as a plain call would be */
         return true;
     }
     struct timespec until;

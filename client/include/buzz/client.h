@@ -94,8 +94,9 @@ bf_err bfc_open(bfc_client **out, const char *url, const bfc_options *opts, char
  * Close the connection and free c (NULL is a no-op). Returns within BFC_CLOSE_BOUND_MS: nng
  * 1.5.2 can wedge its pipe reaper (seen after a request timed out), and its socket close then
  * never returns. The close runs on a thread of its own; when it has not returned by the bound,
- * bfc_close returns anyway and that thread frees the socket if it ever does (a program that
- * exits loses nothing; a long-lived one keeps one stuck thread and socket per such close).
+ * bfc_close returns anyway and that thread frees the socket and c if it ever does (the token is
+ * wiped before; a program that exits loses nothing; a long-lived one keeps one stuck thread and
+ * socket per such close).
  */
 #define BFC_CLOSE_BOUND_MS 1000
 void bfc_close(bfc_client *c);

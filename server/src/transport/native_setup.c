@@ -464,8 +464,8 @@ static void native_close_listeners(transport_native *n)
 /* A reply the kernel took is not yet read by its peer, and an nng peer that sees its
  * connection close before it has read drops what it had not read: nng 1.5.2 fails a pipe on
  * the hang-up its poller reports, even with the reply waiting in the socket (a client's stop
- * test lost the answer to its request in flight 1 run in about 700). So before the descriptors
- * close, the peers get up to SRV_TRANSPORT_LINGER_MS in all to take what was written
+ * test lost the answer to its request in flight in 2 runs of 1,125 under load). So before the
+ * descriptors close, the peers get up to SRV_TRANSPORT_LINGER_MS in all to take what was written
  * (SIOCOUTQ: on a unix socket the bytes its peer has not read, on tcp those not acknowledged).
  * There is no event for "the peer has read it": the wait looks again every millisecond, and
  * only when something is still queued. */

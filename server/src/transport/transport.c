@@ -474,37 +474,25 @@ bf_err srv_transport_bound_port(const srv_transport *t, size_t listener_index, i
 
 /* ---- stop ---------------------------------------------------------------------------------- */
 
-/* What the closing thread owns (bf_bounded_run): freed by stop when the close finished in
- * time, else by that thread when (if ever) it does. */
-typedef struct transport_closer {
-    nng_socket sock;
-    bool sock_open;
-    srv_canary *canary; /* closing its sockets needs the reaper too */
-} transport_closer;
-
-static void transport_closer_close(void *arg)
+/* The nng socket (its listeners and their connections) and the canary's (bf_bounded_run's
+ * call). A close that does not return in time keeps using t: stop then marks the transport
+ * abandoned, and its memory is never freed. */
+static void transport_close_nng(void *arg)
 {
-    transport_closer *c = arg;
-    if (c->sock_open)
-        nng_close(c->sock); /* closes the listeners and their connections */
-    srv_canary_free(c->canary);
+    srv_transport *t = arg;
+    if (t->nng.sock_open)
+        nng_close(t->nng.sock);
+    srv_canary_free(t->canary);
 }
 
 /* Close every open socket within SRV_TRANSPORT_CLOSE_BOUND_MS; false when it did not finish. */
 static bool transport_close_sockets(srv_transport *t)
 {
-    transport_closer *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return false; /* leave them: the process is stopping */
-    c->sock = t->nng.sock;
-    c->sock_open = t->nng.sock_open;
+    if (!bf_bounded_run(transport_close_nng, NULL, t, SRV_TRANSPORT_CLOSE_BOUND_MS))
+        return false;
     t->nng.sock_open = false;
-    c->canary = t->canary;
     t->canary = NULL;
-    bool done = bf_bounded_run(transport_closer_close, free, c, SRV_TRANSPORT_CLOSE_BOUND_MS);
-    if (done)
-        free(c);
-    return done;
+    return true;
 }
 
 /* Wait until no reply is in flight; each ends within the send timeout, so the bound is only
