@@ -622,11 +622,7 @@ static void test_timeout_units(void **state)
     }
 }
 
-/* Usage errors name the command ("buzzctl list: ..."), or are "buzzctl: ..." before there is
- * one: never "buzzctl : ...". Guard: the ':' case of ctl_usage_error() and the command in
- * main()'s no-server message (seen failing with "buzzctl %s" for every message: "buzzctl :
- * unknown command"). */
-/* Guard: bfc_close's bound (client.c bfc_close_socket through bf_bounded_run). A preloaded
+/* Guard: bfc_close's bound (client.c bfc_close through bf_bounded_run). A preloaded
  * nng_close that never returns stands in for nng 1.5.2's wedged reaper (seen after a request
  * timed out): buzzctl still prints its answer and exits with its status soon after. With the
  * socket closed on buzzctl's own thread it never exits; it is killed here after 30 s. */
@@ -669,6 +665,10 @@ static void test_close_is_bounded(void **state)
     ctl_free(&r);
 }
 
+/* Usage errors name the command ("buzzctl list: ..."), or are "buzzctl: ..." before there is
+ * one: never "buzzctl : ...". Guard: the ':' case of ctl_usage_error() and the command in
+ * main()'s no-server message (seen failing with "buzzctl %s" for every message: "buzzctl :
+ * unknown command"). */
 static void test_errors_name_the_command(void **state)
 {
     (void)state;
