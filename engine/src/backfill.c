@@ -107,8 +107,12 @@ static int backfill_find(const bf_backfill *out, int n, const char *id, int hint
     return -1;
 }
 
-bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n)
+/* Send the read of the old-writer counts of the rows that have a watch (counted); *sent false
+ * when none has one (every read by default): then nothing is in flight. */
+static bf_err old_writers_send(bf_engine *e, const bf_backfill *out, const bool *counted, int n,
+                               bool *sent)
 {
+    *sent = false;
     int wanted = 0;
     for (int i = 0; i < n; i++)
         wanted += counted[i];
@@ -127,11 +131,19 @@ bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted
     }
     static const char sql[] = BF_OLD_WRITERS_SQL " ORDER BY ow.backfill_id";
     const char *params[] = {ids.data};
-    PGresult *r = NULL;
-    bf_err err =
-        bf__exec_stmt(e, &r, "read old-writer counts", BF_STMT_OLD_WRITERS, sql, 1, params);
+    bf_err err = bf__send_stmt(e, "read old-writer counts", BF_STMT_OLD_WRITERS, sql, 1, params);
     bf__strbuf_fini(&ids);
-    if (err != BF_OK)
+    *sent = err == BF_OK;
+    return err;
+}
+
+/* The counts old_writers_send asked for, into the rows they belong to (block: wait for them;
+ * else *done false while they are still to come). */
+static bf_err old_writers_recv(bf_engine *e, bf_backfill *out, int n, bool block, bool *done)
+{
+    PGresult *r = NULL;
+    bf_err err = bf__recv(e, &r, "read old-writer counts", block, done);
+    if (err != BF_OK || !*done)
         return err;
     int hint = 0;
     for (int row = 0; row < PQntuples(r); row++) {
@@ -145,12 +157,20 @@ bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted
     return BF_OK;
 }
 
+bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n)
+{
+    bool sent, done;
+    bf_err err = old_writers_send(e, out, counted, n, &sent);
+    return err != BF_OK || !sent ? err : old_writers_recv(e, out, n, true, &done);
+}
+
+static const char get_sql[] =
+    "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1";
+
 /* bf__get_row, and under the row lock the digest of the definition that registered it (the
  * locking read's last column: only Start needs it, so Get and List do not read it). */
 static bf_err get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out, char *digest)
 {
-    static const char get_sql[] =
-        "SELECT " BF_BACKFILL_COLUMNS " FROM " BF_BACKFILL_FROM " WHERE b.id = $1";
     static const char get_for_update_sql[] =
         "SELECT " BF_BACKFILL_COLUMNS ", b.definition_digest FROM " BF_BACKFILL_FROM
         " WHERE b.id = $1 FOR UPDATE OF b";
@@ -182,14 +202,68 @@ bf_err bf__lock_row(bf_engine *e, const char *id, bf_backfill *out, char *digest
     return get_row(e, id, true, out, digest);
 }
 
+bf_err bf_get_begin(bf_engine *e, const char *id)
+{
+    if (e == NULL || !bf_id_valid(id) || e->async_op != BF_ASYNC_NONE)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf__ensure_conn(e);
+    if (err == BF_OK) {
+        const char *params[] = {id};
+        err = bf__send_stmt(e, "read backfill", BF_STMT_GET, get_sql, 1, params);
+    }
+    if (err == BF_OK) {
+        e->async_op = BF_ASYNC_GET;
+        e->async_step = 0;
+    }
+    return err;
+}
+
+/* bf_get_end, or with block the whole wait (bf_get): the row, then its old-writer counts when
+ * it has a watch. */
+static bf_err get_finish(bf_engine *e, bf_backfill *out, bool block, bool *done)
+{
+    if (e == NULL || out == NULL || done == NULL || e->async_op != BF_ASYNC_GET)
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = BF_OK;
+    if (e->async_step == 0) {
+        PGresult *r = NULL;
+        err = bf__recv(e, &r, "read backfill", block, done);
+        if (err == BF_OK && !*done)
+            return BF_OK;
+        if (err == BF_OK && PQntuples(r) == 0)
+            err = bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
+        bool sent = false;
+        if (err == BF_OK) {
+            bool counted = bf__row_from_result(r, 0, out);
+            err = old_writers_send(e, out, &counted, 1, &sent);
+        }
+        PQclear(r);
+        if (err != BF_OK || !sent) {
+            e->async_op = BF_ASYNC_NONE;
+            *done = true;
+            return err;
+        }
+        e->async_step = 1;
+    }
+    err = old_writers_recv(e, out, 1, block, done);
+    if (err != BF_OK || *done)
+        e->async_op = BF_ASYNC_NONE;
+    *done = err != BF_OK || *done;
+    return err;
+}
+
+bf_err bf_get_end(bf_engine *e, bf_backfill *out, bool *done)
+{
+    return get_finish(e, out, false, done);
+}
+
 bf_err bf_get(bf_engine *e, const char *id, bf_backfill *out)
 {
     if (e == NULL || out == NULL || !bf_id_valid(id))
         return BF_ERR_INVALID_ARGUMENT;
-    bf_err err = bf__ensure_conn(e);
-    if (err != BF_OK)
-        return err;
-    return bf__get_row(e, id, false, out);
+    bf_err err = bf_get_begin(e, id);
+    bool done;
+    return err != BF_OK ? err : get_finish(e, out, true, &done);
 }
 
 bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_backfill *out,

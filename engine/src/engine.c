@@ -387,6 +387,7 @@ void bf_engine_close(bf_engine *engine)
 {
     if (engine == NULL)
         return;
+    PQclear(engine->async_keep);
     if (engine->conn != NULL)
         PQfinish(engine->conn);
     free(engine->conninfo);
@@ -408,6 +409,11 @@ static bf_err exec_result(bf_engine *e, PGresult *r, PGresult **out, const char 
     bf_err err = bf__pg_error(e, r, what);
     PQclear(r);
     return err;
+}
+
+int bf_engine_socket(const bf_engine *engine)
+{
+    return engine != NULL && engine->conn != NULL ? PQsocket(engine->conn) : -1;
 }
 
 bool bf__wait_result(bf_engine *e)
@@ -441,12 +447,31 @@ bool bf__wait_result(bf_engine *e)
     return true;
 }
 
-/* The outcome of a sent statement, as PQexec would return it: its last result, or its first
- * failed one. NULL only when the connection failed. */
-static PGresult *exec_collect(bf_engine *e)
+/* Take the results of the statement in flight that can be read without waiting (block: wait
+ * for each, as PQexec does). The outcome is kept as PQexec would return it: the last result, or
+ * the first failed one. *done when the statement ended (*r is NULL only if the connection
+ * failed); otherwise the rest is still to arrive and the results so far are in e->async_keep. */
+static void exec_take(bf_engine *e, bool block, PGresult **r_out, bool *done)
 {
-    PGresult *keep = NULL, *r;
-    while (bf__wait_result(e) && (r = PQgetResult(e->conn)) != NULL) {
+    PGresult *keep = e->async_keep, *r;
+    e->async_keep = NULL;
+    *done = true;
+    if (!block && PQconsumeInput(e->conn) != 1) {
+        PQclear(keep);
+        *r_out = NULL;
+        return;
+    }
+    for (;;) {
+        if (!block && PQisBusy(e->conn)) {
+            e->async_keep = keep;
+            *done = false;
+            *r_out = NULL;
+            return;
+        }
+        if (block && !bf__wait_result(e))
+            break;
+        if ((r = PQgetResult(e->conn)) == NULL)
+            break;
         ExecStatusType st = PQresultStatus(keep);
         if (keep != NULL && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
             PQclear(r); /* keep the first failure */
@@ -455,15 +480,26 @@ static PGresult *exec_collect(bf_engine *e)
         PQclear(keep);
         keep = r;
     }
-    return keep;
+    *r_out = keep;
+}
+
+bf_err bf__recv(bf_engine *e, PGresult **out, const char *what, bool block, bool *done)
+{
+    PGresult *r = NULL;
+    exec_take(e, block, &r, done);
+    if (!*done)
+        return BF_OK;
+    if (r == NULL)
+        return bf__pg_error(e, NULL, what);
+    return exec_result(e, r, out, what);
 }
 
 static bf_err exec_sent(bf_engine *e, bool sent, PGresult **out, const char *what)
 {
-    PGresult *r = sent ? exec_collect(e) : NULL;
-    if (r == NULL)
+    if (!sent)
         return bf__pg_error(e, NULL, what);
-    return exec_result(e, r, out, what);
+    bool done;
+    return bf__recv(e, out, what, true, &done);
 }
 
 bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
@@ -474,8 +510,8 @@ bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql,
     return exec_sent(e, sent, out, what);
 }
 
-bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
-                     int nparams, const char *const *params)
+bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
+                     const char *const *params)
 {
     char name[16];
     bf__format(name, sizeof name, "bf_s%d", (int)stmt);
@@ -490,8 +526,19 @@ bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stm
             return err;
         e->stmt_prepared |= 1u << stmt;
     }
-    bool sent = PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, 0) == 1;
-    return exec_sent(e, sent, out, what);
+    if (PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, 0) != 1)
+        return bf__pg_error(e, NULL, what);
+    return BF_OK;
+}
+
+bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
+                     int nparams, const char *const *params)
+{
+    bf_err err = bf__send_stmt(e, what, stmt, sql, nparams, params);
+    if (err != BF_OK)
+        return err;
+    bool done;
+    return bf__recv(e, out, what, true, &done);
 }
 
 bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,

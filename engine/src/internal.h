@@ -112,7 +112,14 @@ struct bf_engine {
     bf_watch_mode watch_writers; /* bf_config: the daemon-wide watchdog mode */
     bool watch_block;            /* bf_config: old writers block a running backfill */
     int watch_grace_s;           /* bf_config: a completed backfill keeps its watch this long */
+    /* an asynchronous read (bf_readiness_begin, bf_get_begin) from its begin to its last end */
+    int async_op;         /* BF_ASYNC_*: which read, or BF_ASYNC_NONE */
+    int async_step;       /* bf_get_end: 0 the row, 1 its old-writer counts */
+    bool async_counted;   /* bf_get_end: the row has a watch (its counts are read next) */
+    PGresult *async_keep; /* results of the statement in flight taken so far */
 };
+
+enum { BF_ASYNC_NONE, BF_ASYNC_READINESS, BF_ASYNC_SCHEMA, BF_ASYNC_GET };
 
 /* A plain message (event BF_EV_NONE, no fields). */
 void bf__log(const bf_engine *e, bf_log_level level, const char *fmt, ...)
@@ -177,7 +184,13 @@ typedef enum bf_stmt {
     BF_STMT_COUNT
 } bf_stmt;
 
-/* bf__exec() through a per-connection prepared statement: parsed and planned once. */
+/* bf__exec() through a per-connection prepared statement: parsed and planned once. It is
+ * bf__send_stmt() then bf__recv() (block), which asynchronous reads call apart. */
+bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
+                     const char *const *params);
+/* The outcome of the statement in flight, as bf__exec() returns it. Without block, only what
+ * arrived is read: *done false (and BF_OK) when more is to come (wait for the socket). */
+bf_err bf__recv(bf_engine *e, PGresult **out, const char *what, bool block, bool *done);
 bf_err bf__exec_stmt(bf_engine *e, PGresult **out, const char *what, bf_stmt stmt, const char *sql,
                      int nparams, const char *const *params);
 

@@ -451,11 +451,10 @@ static const char readiness_sql[] =
     " LEFT JOIN buzz_backfill.backfill b ON b.id = r.id"
     " WHERE b.id IS NULL OR b.state <> 'completed' ORDER BY 1 NULLS LAST, 3";
 
-/* Run a schema-reading statement prepared once per connection; a missing schema fails the
- * prepare itself and is reported as BF_ERR_SCHEMA_MISSING without noise in the log. Then
- * verify the applied versions. */
-static bf_err schema_read(bf_engine *e, bf_stmt stmt, const char *sql, int nparams,
-                          const char *const *params, PGresult **out, int *version_out)
+/* Send a schema-reading statement prepared once per connection; a missing schema fails the
+ * prepare itself and is reported as BF_ERR_SCHEMA_MISSING without noise in the log. */
+static bf_err schema_send(bf_engine *e, bf_stmt stmt, const char *sql, int nparams,
+                          const char *const *params)
 {
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
@@ -476,8 +475,19 @@ static bf_err schema_read(bf_engine *e, bf_stmt stmt, const char *sql, int npara
             return err;
         e->stmt_prepared |= 1u << stmt;
     }
+    return bf__send_stmt(e, "read migrations", stmt, sql, nparams, params);
+}
+
+/* The outcome of schema_send's statement (block: wait for it; else *done false while it is
+ * still to come), with the applied versions verified. */
+static bf_err schema_recv(bf_engine *e, bf_stmt stmt, PGresult **out, int *version_out, bool block,
+                          bool *done)
+{
     PGresult *r = NULL;
-    if ((err = bf__exec_stmt(e, &r, "read migrations", stmt, sql, nparams, params)) != BF_OK) {
+    bf_err err = bf__recv(e, &r, "read migrations", block, done);
+    if (!*done)
+        return BF_OK;
+    if (err != BF_OK) {
         if (strcmp(e->sqlstate, "42P01") == 0 || strcmp(e->sqlstate, "3F000") == 0) {
             /* dropped since it was prepared: prepare again next time */
             e->stmt_prepared &= ~(1u << stmt);
@@ -510,25 +520,65 @@ bf_err bf_schema_check(bf_engine *e, int *version_out)
 {
     if (e == NULL)
         return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = schema_send(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL);
+    if (err != BF_OK)
+        return err;
     PGresult *r = NULL;
-    bf_err err = schema_read(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL, &r, version_out);
+    bool done;
+    err = schema_recv(e, BF_STMT_MIGRATIONS, &r, version_out, true, &done);
     PQclear(r);
     return err;
 }
 
-bf_err bf_readiness_read(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
+bf_err bf_readiness_begin(bf_engine *e, bool gate)
 {
-    if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
+    if (e == NULL || e->async_op != BF_ASYNC_NONE)
         return BF_ERR_INVALID_ARGUMENT;
     const char *params[] = {bf__registry_ids(e->reg, true)};
+    bf_err err = gate ? schema_send(e, BF_STMT_READINESS, readiness_sql, 1, params)
+                      : schema_send(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL);
+    if (err == BF_OK)
+        e->async_op = gate ? BF_ASYNC_READINESS : BF_ASYNC_SCHEMA;
+    return err;
+}
+
+/* bf_readiness_end, or with block the whole wait (bf_readiness_read). */
+static bf_err readiness_finish(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out,
+                               bool block, bool *done)
+{
+    if (e == NULL || gating_out == NULL || done == NULL || max < 0 || (max > 0 && ids == NULL) ||
+        (e->async_op != BF_ASYNC_READINESS && e->async_op != BF_ASYNC_SCHEMA))
+        return BF_ERR_INVALID_ARGUMENT;
+    bool gate = e->async_op == BF_ASYNC_READINESS;
     PGresult *r = NULL;
-    bf_err err = schema_read(e, BF_STMT_READINESS, readiness_sql, 1, params, &r, NULL);
-    if (err != BF_OK)
+    bf_err err =
+        schema_recv(e, gate ? BF_STMT_READINESS : BF_STMT_MIGRATIONS, &r, NULL, block, done);
+    if (!*done)
+        return BF_OK;
+    e->async_op = BF_ASYNC_NONE;
+    *gating_out = 0;
+    if (err != BF_OK || !gate) {
+        PQclear(r);
         return err;
+    }
     int first = 0;
     while (first < PQntuples(r) && !bf__isnull(r, first, 0))
         first++;
     *gating_out = bf__gate_rows(r, first, 2, ids, max);
     PQclear(r);
     return BF_OK;
+}
+
+bf_err bf_readiness_end(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out, bool *done)
+{
+    return readiness_finish(e, ids, max, gating_out, false, done);
+}
+
+bf_err bf_readiness_read(bf_engine *e, bf_gate_entry *ids, int max, int *gating_out)
+{
+    if (e == NULL || gating_out == NULL || max < 0 || (max > 0 && ids == NULL))
+        return BF_ERR_INVALID_ARGUMENT;
+    bf_err err = bf_readiness_begin(e, true);
+    bool done;
+    return err != BF_OK ? err : readiness_finish(e, ids, max, gating_out, true, &done);
 }

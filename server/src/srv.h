@@ -156,7 +156,8 @@ bf_err srv_session_engine(srv_session *s, bf_engine **out);
 
 /* ---- one request (dispatch.c) ----------------------------------------------------------- */
 
-typedef struct srv_call {
+typedef struct srv_call srv_call;
+struct srv_call {
     srv_session *session;
     const srv_identity *who;
     const srv_peer *peer;
@@ -171,7 +172,13 @@ typedef struct srv_call {
     uint8_t *body;
     size_t body_len;
     bool closed;
-} srv_call;
+    /* the transport waits on sockets for its requests (srv_dispatch_begin): a handler may
+     * then defer its answer (srv_call_defer) instead of waiting on PostgreSQL */
+    bool may_defer;
+    int defer_fd;
+    void (*resume)(srv_call *call, void *arg);
+    void *resume_arg;
+};
 
 /* Set the call's status (message bounded and redacted by the caller's choice of text). */
 void srv_call_status(srv_call *call, srv_code code, const char *message, const char *detail_fmt,
@@ -180,6 +187,12 @@ void srv_call_status(srv_call *call, srv_code code, const char *message, const c
 int64_t srv_call_remaining_us(const srv_call *call);
 /* The srv_call behind a protoc-c closure_data pointer. */
 #define SRV_CALL(closure_data) ((srv_call *)(closure_data))
+/* Instead of waiting for PostgreSQL (only when call->may_defer): the handler sent its statement
+ * and returns without answering; resume(call, arg) runs on some transport thread once fd is
+ * readable, and either answers (srv_call_answer) or defers again. */
+void srv_call_defer(srv_call *call, int fd, void (*resume)(srv_call *call, void *arg), void *arg);
+/* A deferred handler's answer: what it would have passed to its closure (NULL: the status set). */
+void srv_call_answer(srv_call *call, const ProtobufCMessage *msg);
 
 typedef struct srv_dispatcher srv_dispatcher;
 
@@ -203,6 +216,22 @@ bf_err srv_dispatcher_add(srv_dispatcher *d, ProtobufCService *service,
 bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
                     const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
                     size_t *out_len);
+
+/* A request whose handler waits on PostgreSQL without holding a thread. */
+typedef struct srv_pending srv_pending;
+/*
+ * srv_dispatch() for a transport that can wait on many sockets at once: a handler may leave the
+ * request pending (*pending set, nothing in *out): wait until srv_pending_fd() is readable, then
+ * srv_dispatch_resume(). in, peer and the session stay the request's until it is answered.
+ */
+bf_err srv_dispatch_begin(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
+                          const uint8_t *in, size_t in_len, int64_t received_us,
+                          srv_pending **pending, uint8_t **out, size_t *out_len);
+int srv_pending_fd(const srv_pending *p);
+/* Go on with a pending request whose socket is readable: *pending stays set while it still
+ * waits (wait again, perhaps on another srv_pending_fd()); otherwise it is freed and the
+ * answer is in *out, as srv_dispatch() gives it. */
+bf_err srv_dispatch_resume(srv_pending **pending, uint8_t **out, size_t *out_len);
 
 /* ---- request decoding (decode.c) -------------------------------------------------------- */
 

@@ -502,6 +502,30 @@ bf_err bf_gate(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out);
  * the schema is ready writes the gate as bf_gate() would. */
 bf_err bf_readiness_read(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out);
 
+/* ---- asynchronous reads ------------------------------------------------------------------
+ *
+ * For a server whose few threads serve many sessions: a read's begin sends its statement and
+ * returns without waiting; the caller waits until bf_engine_socket() is readable (its own
+ * epoll set) and calls the read's end, which takes what arrived without blocking and returns
+ * with *done false while the answer is still to come (wait and call it again). An end with
+ * *done true, or a begin that failed, leaves nothing in flight. Between a begin and the end
+ * that finishes it, the engine may be used for nothing else, and the same out is passed to
+ * every end. The blocking reads (bf_readiness_read, bf_schema_check, bf_get) are the same
+ * begin and end with the wait between them.
+ */
+
+/* The connection's socket (-1 when there is none). It changes when the engine reconnects. */
+int bf_engine_socket(const bf_engine *engine);
+
+/* bf_readiness_read (gate) or bf_schema_check (not gate) in two halves. */
+bf_err bf_readiness_begin(bf_engine *engine, bool gate);
+bf_err bf_readiness_end(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out,
+                        bool *done);
+
+/* bf_get in two halves (the row, then its old-writer counts when it has a watch). */
+bf_err bf_get_begin(bf_engine *engine, const char *id);
+bf_err bf_get_end(bf_engine *engine, bf_backfill *out, bool *done);
+
 /*
  * Wait up to timeout_ms for a "buzz_backfill" notification on this engine's connection (the
  * engine NOTIFYs on every lifecycle change). The first call issues LISTEN, which then stays

@@ -180,6 +180,35 @@ static void admin_list(admin_service *svc, const Buzz__Backfill__V1__ListRequest
 
 /* ---- Get -------------------------------------------------------------------------------- */
 
+/* Get's answer from its read's outcome (row is freed). */
+static void admin_get_answer(srv_call *call, bf_engine *e, bf_err err, bf_backfill *row)
+{
+    if (err != BF_OK) {
+        admin_engine_fail(call, e, err, NULL);
+        srv_call_answer(call, NULL);
+    } else {
+        srv_backfill_msg m;
+        srv_backfill_msg_init(&m, row, admin_gating(call, row));
+        Buzz__Backfill__V1__GetResponse resp = BUZZ__BACKFILL__V1__GET_RESPONSE__INIT;
+        resp.backfill = &m.backfill;
+        srv_call_answer(call, &resp.base);
+    }
+    free(row);
+}
+
+/* A deferred Get once its session's socket is readable. */
+static void admin_get_resume(srv_call *call, void *arg)
+{
+    bf_backfill *row = arg;
+    bf_engine *e = call->session->engine;
+    bool done = false;
+    bf_err err = bf_get_end(e, row, &done);
+    if (done)
+        admin_get_answer(call, e, err, row);
+    else
+        srv_call_defer(call, bf_engine_socket(e), admin_get_resume, row);
+}
+
 static void admin_get(admin_service *svc, const Buzz__Backfill__V1__GetRequest *in,
                       Buzz__Backfill__V1__GetResponse_Closure closure, void *closure_data)
 {
@@ -190,18 +219,16 @@ static void admin_get(admin_service *svc, const Buzz__Backfill__V1__GetRequest *
         return;
     }
     bf_backfill *row = malloc(sizeof *row);
-    bf_err err = row ? bf_get(e, in->id, row) : BF_ERR_NOMEM;
-    if (err != BF_OK) {
-        admin_engine_fail(call, e, err, NULL);
-        closure(NULL, closure_data);
-    } else {
-        srv_backfill_msg m;
-        srv_backfill_msg_init(&m, row, admin_gating(call, row));
-        Buzz__Backfill__V1__GetResponse resp = BUZZ__BACKFILL__V1__GET_RESPONSE__INIT;
-        resp.backfill = &m.backfill;
-        closure(&resp, closure_data);
+    if (row != NULL && call->may_defer) {
+        /* send the read and give the thread back until PostgreSQL has answered */
+        bf_err err = bf_get_begin(e, in->id);
+        if (err == BF_OK)
+            srv_call_defer(call, bf_engine_socket(e), admin_get_resume, row);
+        else
+            admin_get_answer(call, e, err, row);
+        return;
     }
-    free(row);
+    admin_get_answer(call, e, row ? bf_get(e, in->id, row) : BF_ERR_NOMEM, row);
 }
 
 /* ---- controls --------------------------------------------------------------------------- */

@@ -83,6 +83,7 @@ struct srv_dispatcher {
 typedef struct dispatch_call {
     srv_call call;
     const ProtobufCMethodDescriptor *method;
+    bool invoked; /* every check passed: the handler ran */
 } dispatch_call;
 
 /* What one request carried, for the checks and the audit. */
@@ -514,7 +515,14 @@ static void dispatch_run(srv_dispatcher *d, dispatch_call *dc, dispatch_request 
         }
     }
     ProtobufCService *service = req->svc->service;
+    dc->invoked = true;
     service->invoke(service, req->method_index, req->input, dispatch_closure, dc);
+}
+
+/* After the handler answered (or left without answering): the deadline judged. */
+static void dispatch_after(dispatch_call *dc, const dispatch_request *req)
+{
+    srv_call *call = &dc->call;
     if (!call->closed)
         dispatch_closure(NULL, dc);
     if (call->deadline_us != 0 && srv_call_remaining_us(call) <= 0 &&
@@ -555,31 +563,102 @@ static bf_err dispatch_encode(const dispatch_call *dc, const dispatch_request *r
     return BF_OK;
 }
 
-bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
-                    const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
-                    size_t *out_len)
+/* One request from receipt to answer: on the heap, since a deferred one outlives the call
+ * that received it. dc is first: the closure_data a handler sees is also the srv_pending. */
+struct srv_pending {
+    dispatch_call dc;
+    dispatch_request req;
+    srv_identity who;
+    srv_dispatcher *d;
+    int64_t received_us;
+};
+
+void srv_call_defer(srv_call *call, int fd, void (*resume)(srv_call *call, void *arg), void *arg)
+{
+    call->defer_fd = fd;
+    call->resume = resume;
+    call->resume_arg = arg;
+}
+
+void srv_call_answer(srv_call *call, const ProtobufCMessage *msg)
+{
+    dispatch_closure(msg, call);
+}
+
+int srv_pending_fd(const srv_pending *p)
+{
+    return p->dc.call.defer_fd;
+}
+
+/* The handler answered: encode, count, free. */
+static bf_err dispatch_finish(srv_pending *p, uint8_t **out, size_t *out_len)
+{
+    srv_dispatcher *d = p->d;
+    if (p->dc.invoked)
+        dispatch_after(&p->dc, &p->req);
+    bf_err err = dispatch_encode(&p->dc, &p->req, out, out_len);
+    srv_metrics_rpc(d->ctx->metrics, p->dc.method != NULL ? p->req.svc->service->descriptor : NULL,
+                    p->req.method_index, p->dc.call.code, srv_now_us() - p->received_us);
+    if (p->req.input != NULL)
+        protobuf_c_message_free_unpacked(p->req.input, &p->req.budget.allocator);
+    free(p->dc.call.body);
+    sodium_memzero(&p->who, sizeof p->who);
+    free(p);
+    return err;
+}
+
+/* Still waiting: the handler deferred its answer and has not given it. */
+static bool dispatch_waits(const srv_pending *p)
+{
+    return p->dc.call.resume != NULL && !p->dc.call.closed;
+}
+
+bf_err srv_dispatch_begin(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
+                          const uint8_t *in, size_t in_len, int64_t received_us,
+                          srv_pending **pending, uint8_t **out, size_t *out_len)
 {
     if (d == NULL || session == NULL || peer == NULL || out == NULL || out_len == NULL ||
         (in == NULL && in_len > 0))
         return BF_ERR_INVALID_ARGUMENT;
-    dispatch_call dc;
-    memset(&dc, 0, sizeof dc);
-    dc.call.session = session;
-    dc.call.peer = peer;
-    dc.call.code = SC(OK);
-    dispatch_request req;
-    memset(&req, 0, sizeof req);
-    srv_identity who;
-    memset(&who, 0, sizeof who);
+    srv_pending *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return BF_ERR_NOMEM;
+    p->d = d;
+    p->received_us = received_us;
+    p->dc.call.session = session;
+    p->dc.call.peer = peer;
+    p->dc.call.code = SC(OK);
+    p->dc.call.may_defer = pending != NULL;
+    p->dc.call.defer_fd = -1;
+    if (pending != NULL)
+        *pending = NULL;
 
-    dispatch_run(d, &dc, &req, &who, in, in_len, received_us);
-    bf_err err = dispatch_encode(&dc, &req, out, out_len);
-    srv_metrics_rpc(d->ctx->metrics, dc.method != NULL ? req.svc->service->descriptor : NULL,
-                    req.method_index, dc.call.code, srv_now_us() - received_us);
+    dispatch_run(d, &p->dc, &p->req, &p->who, in, in_len, received_us);
+    if (dispatch_waits(p)) {
+        *pending = p;
+        return BF_OK;
+    }
+    return dispatch_finish(p, out, out_len);
+}
 
-    if (req.input != NULL)
-        protobuf_c_message_free_unpacked(req.input, &req.budget.allocator);
-    free(dc.call.body);
-    sodium_memzero(&who, sizeof who);
-    return err;
+bf_err srv_dispatch_resume(srv_pending **pending, uint8_t **out, size_t *out_len)
+{
+    if (pending == NULL || *pending == NULL || out == NULL || out_len == NULL)
+        return BF_ERR_INVALID_ARGUMENT;
+    srv_pending *p = *pending;
+    srv_call *call = &p->dc.call;
+    void (*resume)(srv_call *, void *) = call->resume;
+    call->resume = NULL;
+    resume(call, call->resume_arg);
+    if (dispatch_waits(p))
+        return BF_OK;
+    *pending = NULL;
+    return dispatch_finish(p, out, out_len);
+}
+
+bf_err srv_dispatch(srv_dispatcher *d, srv_session *session, const srv_peer *peer,
+                    const uint8_t *in, size_t in_len, int64_t received_us, uint8_t **out,
+                    size_t *out_len)
+{
+    return srv_dispatch_begin(d, session, peer, in, in_len, received_us, NULL, out, out_len);
 }

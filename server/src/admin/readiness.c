@@ -155,12 +155,10 @@ static uint64_t readiness_fingerprint(const readiness_answer *a)
     return h;
 }
 
-/* Compute one answer from PostgreSQL. e may be NULL (no session engine: unreachable). */
-static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_engine *e,
-                              bf_err open_err)
+/* An empty answer: everything after rows (which bf_readiness_read writes) is set here; manual
+ * mode never reaches readiness_backfills, and /readyz printed the heap's garbage as gating. */
+static void readiness_init(readiness_answer *a)
 {
-    /* rows (large) is written by bf_readiness_read; everything after it is set here: manual
-     * mode never reaches readiness_backfills, and /readyz printed the heap's garbage as gating */
     memset(a, 0, offsetof(readiness_answer, rows));
     a->gating_total = 0;
     a->fingerprint = 0;
@@ -173,12 +171,14 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     }
     r->n_components = COMP_COUNT;
     r->components = a->comp_ptrs;
+}
 
-    /* one round trip: the schema verdict, and in automatic mode the gate with it */
-    int gating = 0;
-    bf_err err = e == NULL            ? open_err
-                 : ctx->auto_backfill ? bf_readiness_read(e, a->rows, READINESS_GATING_MAX, &gating)
-                                      : bf_schema_check(e, NULL);
+/* The answer from the read's outcome: err (the read's, or why there is no engine: e NULL) and
+ * the gate's rows (gating of them, in a->rows). */
+static void readiness_fill(readiness_answer *a, const srv_context *ctx, bf_engine *e, bf_err err,
+                           int gating)
+{
+    Buzz__Backfill__V1__CheckResponse *r = &a->resp;
     bool reachable = e != NULL && !readiness_transient(err);
     if (!reachable) {
         readiness_set(a, COMP_DATABASE, ST_UNKNOWN, "%s", readiness_unreachable(err));
@@ -208,6 +208,37 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     r->has_observed_at_us = true;
     r->observed_at_us = readiness_wall_us();
     a->fingerprint = readiness_fingerprint(a);
+}
+
+/* Compute one answer from PostgreSQL. e may be NULL (no session engine: unreachable). */
+static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_engine *e,
+                              bf_err open_err)
+{
+    readiness_init(a);
+    /* one round trip: the schema verdict, and in automatic mode the gate with it */
+    int gating = 0;
+    bf_err err = e == NULL            ? open_err
+                 : ctx->auto_backfill ? bf_readiness_read(e, a->rows, READINESS_GATING_MAX, &gating)
+                                      : bf_schema_check(e, NULL);
+    readiness_fill(a, ctx, e, err, gating);
+}
+
+/* A deferred Check (no wait) once its session's socket is readable: the read's end, then the
+ * answer, or another wait when more is still to come. */
+static void readiness_check_resume(srv_call *call, void *arg)
+{
+    readiness_answer *a = arg;
+    bf_engine *e = call->session->engine;
+    int gating = 0;
+    bool done = false;
+    bf_err err = bf_readiness_end(e, a->rows, READINESS_GATING_MAX, &gating, &done);
+    if (!done) {
+        srv_call_defer(call, bf_engine_socket(e), readiness_check_resume, a);
+        return;
+    }
+    readiness_fill(a, call->session->ctx, e, err, gating);
+    srv_call_answer(call, &a->resp.base);
+    free(a);
 }
 
 static void readiness_sleep_ms(int ms)
@@ -258,6 +289,20 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
     int64_t until = srv_now_us() + wait_us;
     bf_err err;
     bf_engine *e = readiness_engine(call, &err);
+    if (wait_us == 0 && e != NULL && call->may_defer) {
+        /* send the read and give the thread back: the transport resumes it when PostgreSQL
+         * has answered */
+        readiness_init(a);
+        err = bf_readiness_begin(e, ctx->auto_backfill);
+        if (err == BF_OK) {
+            srv_call_defer(call, bf_engine_socket(e), readiness_check_resume, a);
+            return;
+        }
+        readiness_fill(a, ctx, e, err, 0);
+        closure(&a->resp, closure_data);
+        free(a);
+        return;
+    }
     if (wait_us > 0 && e != NULL)
         (void)bf_wait_notify(e, 0); /* listen before the first read */
     readiness_compute(a, ctx, e, err);

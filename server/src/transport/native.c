@@ -60,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -369,40 +370,36 @@ void *native_writer_main(void *arg)
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-/* Serve one whole message of c (body: the backtrace, then the envelope). */
-static void native_serve(transport_native *n, native_conn *c, const uint8_t *body, size_t len)
+/* Lend a session of the pool (one is always idle: see native_pool) / take it back. */
+static int native_session_take(native_pool *p)
+{
+    pthread_mutex_lock(&p->mtx);
+    srv_session *s = p->idle[--p->n_idle];
+    pthread_mutex_unlock(&p->mtx);
+    return (int)(s - p->sessions);
+}
+
+static void native_session_give(native_pool *p, int session)
+{
+    pthread_mutex_lock(&p->mtx);
+    p->idle[p->n_idle++] = &p->sessions[session];
+    pthread_mutex_unlock(&p->mtx);
+}
+
+/* A request is over (answered or dropped): its body, its count of c, its place in serving. */
+static void native_request_end(transport_native *n, native_conn *c, uint8_t *body)
+{
+    free(body);
+    native_conn_unref(c);
+    if (atomic_fetch_sub(&n->serving, 1) == 1)
+        native_wake_stop(n);
+}
+
+/* The answer of a request of c (err: srv_dispatch's): framed behind its backtrace and sent. */
+static void native_answer(transport_native *n, native_conn *c, const uint8_t *body, size_t hdr,
+                          bf_err err, uint8_t *out, size_t out_len)
 {
     srv_transport *t = n->t;
-    int64_t received_us = srv_now_us();
-    size_t hdr = 0;
-    bool found = false;
-    for (int hop = 0; hop < NATIVE_MAX_HOPS && hdr + 4 <= len && !found; hop++) {
-        found = (body[hdr] & 0x80) != 0;
-        hdr += 4;
-    }
-    if (!found)
-        return; /* no request ID: not a REQ message (nng drops it too) */
-    srv_conn_request admitted = srv_conns_begin(t->conns, c->id, SRV_TRANSPORT_IN_FLIGHT,
-                                                SRV_TRANSPORT_REPLYING, transport_now_ms());
-    if (admitted != SRV_CONN_REQUEST_OK) {
-        if (admitted == SRV_CONN_REQUEST_BUSY)
-            transport_note_event(t, NOTE_IN_FLIGHT,
-                                 "dropped a request: its connection has the most requests in "
-                                 "flight already",
-                                 c->who);
-        return;
-    }
-    native_pool *p = c->pool;
-    pthread_mutex_lock(&p->mtx);
-    srv_session *session = p->idle[--p->n_idle]; /* one per thread */
-    pthread_mutex_unlock(&p->mtx);
-    uint8_t *out = NULL;
-    size_t out_len = 0;
-    bf_err err =
-        srv_dispatch(t->d, session, &c->peer, body + hdr, len - hdr, received_us, &out, &out_len);
-    pthread_mutex_lock(&p->mtx);
-    p->idle[p->n_idle++] = session;
-    pthread_mutex_unlock(&p->mtx);
     size_t pre = native_frame_head(c->ipc);
     uint8_t *frame = err == BF_OK ? malloc(pre + hdr + out_len) : NULL;
     if (frame == NULL) {
@@ -423,6 +420,107 @@ static void native_serve(transport_native *n, native_conn *c, const uint8_t *bod
     native_send(n, c, frame, pre + hdr + out_len);
 }
 
+/* Put a deferred request's session socket in the pool's epoll set, armed once. A socket put
+ * there before stays (disarmed) while its session is idle: it is re-armed, not added again.
+ * false when epoll would not take it. */
+static bool native_poll_pending(native_pool *p, native_req *r)
+{
+    int fd = srv_pending_fd(r->pending);
+    if (fd < 0)
+        return false;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = r};
+    /* the descriptor of a reconnected session may be new, or a reused number that epoll no
+     * longer holds (closing a descriptor removes it): then it is added */
+    if (p->polled[r->session] == fd && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+        return true;
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return false;
+    p->polled[r->session] = fd;
+    return true;
+}
+
+/* Wait on this thread for a deferred request epoll would not take (out of kernel memory). */
+static void native_wait_pending(native_req *r, uint8_t **out, size_t *out_len, bf_err *err)
+{
+    while (*err == BF_OK && r->pending != NULL) {
+        struct pollfd pfd = {.fd = srv_pending_fd(r->pending), .events = POLLIN};
+        if (pfd.fd >= 0 && poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            continue; /* the resume sees what is wrong with the socket */
+        *err = srv_dispatch_resume(&r->pending, out, out_len);
+    }
+}
+
+/* A request's dispatch ended (r->pending NULL) or waits: answer it, or leave it to epoll. */
+static void native_settle(transport_native *n, native_req *r, bf_err err, uint8_t *out,
+                          size_t out_len)
+{
+    native_pool *p = r->c->pool;
+    if (err == BF_OK && r->pending != NULL) {
+        if (native_poll_pending(p, r))
+            return; /* r is epoll's now: any thread may resume it */
+        native_wait_pending(r, &out, &out_len, &err);
+    }
+    native_session_give(p, r->session);
+    if (r->tag == NATIVE_TAG_PENDING)
+        atomic_fetch_sub(&p->deferred, 1);
+    native_answer(n, r->c, r->body, r->hdr, err, out, out_len);
+    native_request_end(n, r->c, r->body);
+    if (r->tag == NATIVE_TAG_PENDING)
+        free(r);
+}
+
+void native_resume(transport_native *n, native_req *r)
+{
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    bf_err err = srv_dispatch_resume(&r->pending, &out, &out_len);
+    native_settle(n, r, err, out, out_len);
+}
+
+/* Serve one whole message of c (body: the backtrace, then the envelope; taken). */
+static void native_serve(transport_native *n, native_conn *c, uint8_t *body, size_t len)
+{
+    srv_transport *t = n->t;
+    int64_t received_us = srv_now_us();
+    size_t hdr = 0;
+    bool found = false;
+    for (int hop = 0; hop < NATIVE_MAX_HOPS && hdr + 4 <= len && !found; hop++) {
+        found = (body[hdr] & 0x80) != 0;
+        hdr += 4;
+    }
+    srv_conn_request admitted = found ? srv_conns_begin(t->conns, c->id, SRV_TRANSPORT_IN_FLIGHT,
+                                                        SRV_TRANSPORT_REPLYING, transport_now_ms())
+                                      : SRV_CONN_REQUEST_OK;
+    if (!found || admitted != SRV_CONN_REQUEST_OK) {
+        /* no request ID: not a REQ message (nng drops it too) */
+        if (admitted == SRV_CONN_REQUEST_BUSY)
+            transport_note_event(t, NOTE_IN_FLIGHT,
+                                 "dropped a request: its connection has the most requests in "
+                                 "flight already",
+                                 c->who);
+        native_request_end(n, c, body);
+        return;
+    }
+    native_pool *p = c->pool;
+    native_req local = {.tag = 0, .c = c, .body = body, .hdr = hdr};
+    native_req *r = &local;
+    /* a request may wait on PostgreSQL without this thread while fewer than deferred_max do */
+    if (atomic_fetch_add(&p->deferred, 1) < p->deferred_max && (r = malloc(sizeof *r)) != NULL) {
+        *r = local;
+        r->tag = NATIVE_TAG_PENDING;
+    } else {
+        atomic_fetch_sub(&p->deferred, 1);
+        r = &local;
+    }
+    r->session = native_session_take(p);
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    bf_err err = srv_dispatch_begin(t->d, &p->sessions[r->session], &c->peer, body + hdr, len - hdr,
+                                    received_us, r->tag == NATIVE_TAG_PENDING ? &r->pending : NULL,
+                                    &out, &out_len);
+    native_settle(n, r, err, out, out_len);
+}
+
 /* A whole message was read: give the read turn back, then serve it (body is taken). */
 static void native_take(transport_native *n, native_conn *c, uint8_t *body, size_t len)
 {
@@ -440,11 +538,7 @@ static void native_take(transport_native *n, native_conn *c, uint8_t *body, size
         return;
     }
     native_rearm(c);
-    native_serve(n, c, body, len);
-    free(body);
-    native_conn_unref(c);
-    if (atomic_fetch_sub(&n->serving, 1) == 1)
-        native_wake_stop(n);
+    native_serve(n, c, body, len); /* ends the request, now or once it is answered */
 }
 
 /* The connection is readable (this thread holds its read turn): read what the current step

@@ -23,7 +23,13 @@
 #define NATIVE_POOLS         2    /* ipc, network */
 #define NATIVE_STOP_GRACE_MS 500  /* past the send timeout, for the writer to drop the queues */
 
-enum { NATIVE_TAG_LISTENER = 1, NATIVE_TAG_CONN, NATIVE_TAG_WAKE };
+/* Requests of a pool that may wait on PostgreSQL without a thread at once; past them, a request
+ * holds its thread for its round trip as before. Each has a session, opened on first use: the
+ * pool opens as many PostgreSQL connections as it had requests in flight at once, at most
+ * threads + NATIVE_DEFERRED_MAX. */
+#define NATIVE_DEFERRED_MAX 16
+
+enum { NATIVE_TAG_LISTENER = 1, NATIVE_TAG_CONN, NATIVE_TAG_WAKE, NATIVE_TAG_PENDING };
 
 /* What precedes a message's bytes: its 64-bit length, on ipc:// after a type byte. */
 static inline size_t native_frame_head(bool ipc)
@@ -83,6 +89,17 @@ typedef struct native_listener {
     atomic_bool paused; /* accept ran out of descriptors: the sweeper re-arms it */
 } native_listener;
 
+/* A request whose handler waits on PostgreSQL: its session's socket is in the pool's epoll
+ * set (data: this), and whichever thread epoll wakes for it goes on with it. */
+typedef struct native_req {
+    int tag; /* NATIVE_TAG_PENDING */
+    native_conn *c;
+    int session; /* index in the pool's sessions */
+    uint8_t *body;
+    size_t hdr; /* bytes of the backtrace at the start of body */
+    srv_pending *pending;
+} native_req;
+
 struct native_pool {
     transport_native *n;
     const char *name; /* "ipc", "network" */
@@ -93,9 +110,15 @@ struct native_pool {
     pthread_t *threads;
     int n_threads, n_started;
     pthread_mutex_t mtx; /* the session stack */
+    /* n_threads + deferred_max sessions: a thread holds one while it serves a request, a
+     * deferred request one while it waits, so one is always idle for a thread */
     srv_session *sessions;
+    int n_sessions;
+    int *polled; /* per session: its socket as last put in epfd (-1: never) */
     srv_session **idle;
     int n_idle;
+    int deferred_max;
+    atomic_int deferred; /* requests waiting on PostgreSQL */
 };
 
 struct transport_native {
@@ -132,6 +155,8 @@ void native_conn_unref(native_conn *c);
 void native_conn_shutdown_locked(native_conn *c);
 /* The connection is readable and this thread holds its read turn. */
 void native_readable(transport_native *n, native_conn *c);
+/* The session socket of a deferred request is readable: go on with it. */
+void native_resume(transport_native *n, native_req *r);
 void *native_writer_main(void *arg);
 
 #endif /* BUZZ_SRV_NATIVE_IMPL_H */

@@ -160,6 +160,8 @@ static void *native_worker_main(void *arg)
             native_accept(n, ev.data.ptr);
         else if (tag == NATIVE_TAG_CONN)
             native_readable(n, ev.data.ptr);
+        else if (tag == NATIVE_TAG_PENDING)
+            native_resume(n, ev.data.ptr);
     }
     return NULL;
 }
@@ -315,17 +317,24 @@ static bf_err native_pool_start(native_pool *p, int threads, srv_context *ctx, c
 {
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->deferred_max = NATIVE_DEFERRED_MAX;
+    int sessions = threads + p->deferred_max;
     p->threads = calloc((size_t)threads, sizeof *p->threads);
-    p->sessions = calloc((size_t)threads, sizeof *p->sessions);
-    p->idle = calloc((size_t)threads, sizeof *p->idle);
+    p->sessions = calloc((size_t)sessions, sizeof *p->sessions);
+    p->polled = calloc((size_t)sessions, sizeof *p->polled);
+    p->idle = calloc((size_t)sessions, sizeof *p->idle);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->stop_tag};
     if (p->epfd < 0 || p->stop_fd < 0 || p->threads == NULL || p->sessions == NULL ||
-        p->idle == NULL || epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->stop_fd, &ev) != 0)
+        p->polled == NULL || p->idle == NULL ||
+        epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->stop_fd, &ev) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not set up the %s threads",
                            p->name);
     p->n_threads = threads;
-    for (int i = 0; i < threads; i++) {
+    p->n_sessions = sessions;
+    /* pushed last to first: the first session is lent first */
+    for (int i = sessions - 1; i >= 0; i--) {
         p->sessions[i].ctx = ctx;
+        p->polled[i] = -1;
         p->idle[p->n_idle++] = &p->sessions[i];
     }
     for (int i = 0; i < threads; i++) {
@@ -521,7 +530,7 @@ void native_stop(transport_native *n)
         for (int j = 0; j < p->n_started; j++)
             pthread_join(p->threads[j], NULL);
         p->n_started = 0;
-        for (int j = 0; p->sessions != NULL && j < p->n_threads; j++) {
+        for (int j = 0; p->sessions != NULL && j < p->n_sessions; j++) {
             bf_engine_close(p->sessions[j].engine);
             p->sessions[j].engine = NULL;
         }
@@ -567,6 +576,7 @@ void native_free(transport_native *n)
             close(p->stop_fd);
         free(p->threads);
         free(p->sessions);
+        free(p->polled);
         free(p->idle);
         pthread_mutex_destroy(&p->mtx);
     }
