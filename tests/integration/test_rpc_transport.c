@@ -22,6 +22,7 @@
  * first handler answers only after the retry has arrived).
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,6 +66,8 @@ typedef enum stub_mode {
     STUB_CONFLICT,  /* FAILED_PRECONDITION with a body */
     STUB_NOT_FOUND, /* NOT_FOUND, passing a body that must not travel */
     STUB_BIG,       /* answer with a STUB_BIG_LEN reason: more than the socket buffers hold */
+    STUB_GATE,      /* the first gate_calls calls answer once stub.gate[0] is readable: deferred
+                       when the transport allows it, else waiting on their thread; others echo */
 } stub_mode;
 
 #define STUB_BIG_LEN (8 * 1024 * 1024)
@@ -87,7 +90,13 @@ static struct {
     int n_sessions;
     const void *threads[N_CLIENTS + 1];
     int n_threads;
-} stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    /* STUB_GATE: a pipe the test writes to open the gate */
+    int gate[2];
+    int gate_calls;              /* calls gated (the first ones) */
+    int gated, deferred, waited; /* calls gated so far; of them deferred, waiting on a thread */
+    int gate_answered;           /* gated calls answered */
+    int echo_saw_answered;       /* gate_answered as the last ungated call saw it */
+} stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gate = {-1, -1}};
 
 static void stub_reset(stub_mode mode)
 {
@@ -101,6 +110,8 @@ static void stub_reset(stub_mode mode)
     stub.held = stub.release = false;
     stub.barrier_want = 2;
     stub.n_sessions = stub.n_threads = 0;
+    stub.gate_calls = stub.gated = stub.deferred = stub.waited = 0;
+    stub.gate_answered = stub.echo_saw_answered = 0;
     pthread_mutex_unlock(&stub.mtx);
 }
 
@@ -154,13 +165,9 @@ static int stub_id_count(const char *id)
     return n;
 }
 
-static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
-                       const Buzz__Backfill__V1__CheckRequest *input,
-                       Buzz__Backfill__V1__CheckResponse_Closure closure, void *closure_data)
+/* The stub's answer: its reason names the listener, the caller and the request ID. */
+static void stub_answer(srv_call *call)
 {
-    (void)service;
-    (void)input;
-    srv_call *call = SRV_CALL(closure_data);
     char reason[400];
     snprintf(reason, sizeof reason, "%s|%s|%s", call->peer->listener,
              call->who ? call->who->authority : "", call->request_id);
@@ -175,7 +182,44 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
     resp.components = comps;
     if (stub.mode == STUB_BIG)
         comp.reason = stub.big; /* filled before the transport started: threads only read it */
+    srv_call_answer(call, &resp.base);
+}
 
+/* A deferred gated call: the gate is open (arg: its own descriptor of the gate's read end,
+ * as each deferred request has its own PostgreSQL socket). */
+static void stub_gate_resume(srv_call *call, void *arg)
+{
+    close((int)(intptr_t)arg);
+    pthread_mutex_lock(&stub.mtx);
+    stub.gate_answered++;
+    pthread_cond_broadcast(&stub.cond);
+    pthread_mutex_unlock(&stub.mtx);
+    stub_answer(call);
+}
+
+/* A gated call the transport does not let defer: wait on this thread until the gate opens
+ * (WAIT_LIMIT_S at most; stub.timed_out then). */
+static void stub_gate_wait(void)
+{
+    struct pollfd pfd = {.fd = stub.gate[0], .events = POLLIN};
+    int rc;
+    while ((rc = poll(&pfd, 1, WAIT_LIMIT_S * 1000)) < 0 && errno == EINTR)
+        ;
+    pthread_mutex_lock(&stub.mtx);
+    stub.timed_out = stub.timed_out || rc == 0;
+    stub.gate_answered++;
+    pthread_cond_broadcast(&stub.cond);
+    pthread_mutex_unlock(&stub.mtx);
+}
+
+static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
+                       const Buzz__Backfill__V1__CheckRequest *input,
+                       Buzz__Backfill__V1__CheckResponse_Closure closure, void *closure_data)
+{
+    (void)service;
+    (void)input;
+    (void)closure;
+    srv_call *call = SRV_CALL(closure_data);
     pthread_mutex_lock(&stub.mtx);
     stub.calls++;
     stub.remaining_us = srv_call_remaining_us(call);
@@ -183,6 +227,7 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
         snprintf(stub.ids[stub.n_ids++], BF_REQUEST_ID_MAX, "%s", call->request_id);
     stub_note_server(call);
     struct timespec until = stub_deadline();
+    bool gate_wait = false;
     switch (stub.mode) {
     case STUB_BARRIER:
         stub.inside++;
@@ -214,12 +259,32 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
     case STUB_NOT_FOUND:
         srv_call_status(call, SC(NOT_FOUND), "backfill not found", NULL);
         break;
+    case STUB_GATE:
+        if (stub.gated == stub.gate_calls) {
+            stub.echo_saw_answered = stub.gate_answered;
+            break;
+        }
+        stub.gated++;
+        int fd = call->may_defer ? dup(stub.gate[0]) : -1;
+        if (fd >= 0) {
+            stub.deferred++;
+            pthread_cond_broadcast(&stub.cond);
+            pthread_mutex_unlock(&stub.mtx);
+            srv_call_defer(call, fd, stub_gate_resume, (void *)(intptr_t)fd);
+            return;
+        }
+        stub.waited++;
+        pthread_cond_broadcast(&stub.cond);
+        gate_wait = true;
+        break;
     case STUB_ECHO:
     case STUB_BIG:
         break;
     }
     pthread_mutex_unlock(&stub.mtx);
-    closure(&resp, closure_data);
+    if (gate_wait)
+        stub_gate_wait();
+    stub_answer(call);
 }
 
 static Buzz__Backfill__V1__Readiness_Service stub_service =
@@ -1095,6 +1160,179 @@ static void test_stop_finishes_in_flight(void **state)
     srv_transport_free(t2);
 }
 
+/* ---- deferred requests (a handler waiting on PostgreSQL without its thread) -------------- */
+
+/* A transport of its own on ipc://<dir>/<name> with one thread, and the gate closed. */
+static srv_transport *gate_transport(const char *name, char *url, size_t url_len, int gate_calls)
+{
+    char diag[256] = "";
+    snprintf(url, url_len, "ipc://%s/%s", dir, name);
+    const char *urls[] = {url};
+    srv_transport_config cfg = {.urls = urls, .n_urls = 1, .threads = 1};
+    srv_transport *t = NULL;
+    assert_int_equal(srv_transport_new(&t, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t, diag, sizeof diag), BF_OK);
+    assert_int_equal(pipe(stub.gate), 0);
+    stub_reset(STUB_GATE);
+    pthread_mutex_lock(&stub.mtx);
+    stub.gate_calls = gate_calls;
+    pthread_mutex_unlock(&stub.mtx);
+    return t;
+}
+
+static void gate_open(void)
+{
+    assert_int_equal(write(stub.gate[1], "x", 1), 1);
+}
+
+static void gate_free(srv_transport *t)
+{
+    srv_transport_free(t);
+    close(stub.gate[0]);
+    close(stub.gate[1]);
+    stub.gate[0] = stub.gate[1] = -1;
+}
+
+/* Wait until `deferred` gated calls deferred and `waited` wait on a thread. */
+static void gate_wait_for(int deferred, int waited)
+{
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (stub.deferred < deferred || stub.waited < waited)
+        if (!stub_wait(&until))
+            fail_msg("%d call(s) deferred and %d waiting on a thread, not %d and %d", stub.deferred,
+                     stub.waited, deferred, waited);
+    pthread_mutex_unlock(&stub.mtx);
+}
+
+static void expect_answered(const stop_job *job)
+{
+    if (job->transport != BF_OK || job->code != SC(OK))
+        fail_msg("a gated request was not answered: transport %s, code %d: %s",
+                 bf_err_name(job->transport), job->code, job->detail);
+}
+
+/* A request whose handler defers its answer (srv_call_defer, as Check and Get do while their
+ * read is in PostgreSQL) does not hold its thread: with one thread, a second caller is answered
+ * while the first still waits. Guard: native_serve lets a request defer (srv_dispatch_begin with
+ * a pending) and native_settle gives it to the epoll set; without them the first call waits on
+ * the only thread, the second is served only after the first gave up (WAIT_LIMIT_S), and it sees
+ * the first answered. */
+static void test_deferred_request_frees_its_thread(void **state)
+{
+    (void)state;
+    char url[200];
+    srv_transport *t = gate_transport("defer.sock", url, sizeof url, 1);
+    stop_job first = {.url = url};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, stop_client_thread, &first), 0);
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (stub.gated < 1)
+        assert_true(stub_wait(&until));
+    pthread_mutex_unlock(&stub.mtx);
+
+    bfc_client *c = client_open(url, NULL, 2 * WAIT_LIMIT_S * 1000, 0);
+    check_result r = stub_round_trip(c);
+    bfc_close(c);
+    assert_true(r.got);
+    pthread_mutex_lock(&stub.mtx);
+    int saw = stub.echo_saw_answered, deferred = stub.deferred;
+    pthread_mutex_unlock(&stub.mtx);
+    assert_int_equal(deferred, 1);
+    assert_int_equal(saw, 0); /* served while the first was still waiting */
+
+    gate_open();
+    pthread_join(th, NULL);
+    expect_answered(&first);
+    gate_free(t);
+}
+
+/* Past SRV_TRANSPORT_DEFERRED deferred requests a pool's next request holds its thread, and
+ * every one is answered once the gate opens. Guard: native_serve's cap (p->deferred_max):
+ * without it every gated call defers (none waits on the thread, so the wait below fails) and
+ * the pool lends more sessions than it has. */
+static void test_deferred_requests_are_capped(void **state)
+{
+    (void)state;
+    enum { N = SRV_TRANSPORT_DEFERRED + 2 };
+    char url[200];
+    srv_transport *t = gate_transport("cap.sock", url, sizeof url, SRV_TRANSPORT_DEFERRED + 1);
+    stop_job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (stop_job){.url = url};
+        assert_int_equal(pthread_create(&th[i], NULL, stop_client_thread, &jobs[i]), 0);
+    }
+    /* the last one waits for the thread the first past the cap holds */
+    gate_wait_for(SRV_TRANSPORT_DEFERRED, 1);
+    gate_open();
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        expect_answered(&jobs[i]);
+    }
+    pthread_mutex_lock(&stub.mtx);
+    assert_int_equal(stub.deferred, SRV_TRANSPORT_DEFERRED);
+    assert_int_equal(stub.waited, 1);
+    assert_int_equal(stub.gate_answered, SRV_TRANSPORT_DEFERRED + 1);
+    assert_int_equal(stub.calls, N);
+    assert_false(stub.timed_out);
+    pthread_mutex_unlock(&stub.mtx);
+    gate_free(t);
+}
+
+/* Stop while a request is deferred: it is answered before the transport ends. Guard: a deferred
+ * request stays counted in n->serving until native_settle answers it (native_request_end), and
+ * native_stop waits for serving; counted only while native_serve runs, the stop would end the
+ * threads with the request unanswered. */
+static void test_stop_finishes_deferred(void **state)
+{
+    (void)state;
+    char url[200];
+    srv_transport *t = gate_transport("defer-stop.sock", url, sizeof url, 1);
+    stop_job job = {.url = url};
+    pthread_t client, stopper;
+    assert_int_equal(pthread_create(&client, NULL, stop_client_thread, &job), 0);
+    gate_wait_for(1, 0);
+    assert_int_equal(pthread_create(&stopper, NULL, stopper_thread, t), 0);
+    gate_open();
+    pthread_join(stopper, NULL);
+    pthread_join(client, NULL);
+    expect_answered(&job);
+    gate_free(t);
+}
+
+/* A caller that goes away while its request is deferred: the answer is dropped with its
+ * connection (nothing leaks: the ASan run checks), and the transport serves on. */
+static void test_deferred_peer_gone(void **state)
+{
+    (void)state;
+    char url[200];
+    srv_transport *t = gate_transport("defer-gone.sock", url, sizeof url, 1);
+    bfc_client *c = client_open(url, NULL, 200, -1); /* one attempt */
+    check_result r;
+    memset(&r, 0, sizeof r);
+    Buzz__Backfill__V1__CheckRequest req = BUZZ__BACKFILL__V1__CHECK_REQUEST__INIT;
+    buzz__backfill__v1__readiness__check(bfc_readiness(c), &req, on_check, &r);
+    assert_false(r.got); /* timed out: the gate is closed */
+    bfc_close(c);
+    gate_wait_for(1, 0);
+    gate_open();
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (stub.gate_answered < 1)
+        assert_true(stub_wait(&until));
+    pthread_mutex_unlock(&stub.mtx);
+    c = client_open(url, NULL, WAIT_LIMIT_S * 1000, 0);
+    r = stub_round_trip(c);
+    const bfc_status *st = bfc_last_status(c);
+    if (!r.got)
+        fail_msg("the next caller was not answered: code %d %s, transport %s %s", st->code,
+                 st->message, bf_err_name(st->transport), st->transport_detail);
+    bfc_close(c);
+    gate_free(t);
+}
+
 /* ---- a peer that stops reading --------------------------------------------------------- */
 
 /* A transport of its own on tcp://127.0.0.1 (a free port, in *port) with cfg's other settings. */
@@ -1421,6 +1659,10 @@ int main(void)
         cmocka_unit_test(test_sequential_calls_meet_one_session),
         cmocka_unit_test(test_request_id_retry),
         cmocka_unit_test(test_stop_finishes_in_flight),
+        cmocka_unit_test(test_deferred_request_frees_its_thread),
+        cmocka_unit_test(test_deferred_requests_are_capped),
+        cmocka_unit_test(test_stop_finishes_deferred),
+        cmocka_unit_test(test_deferred_peer_gone),
         cmocka_unit_test(test_unread_replies_do_not_hold_threads),
         cmocka_unit_test(test_transport_config),
         cmocka_unit_test(test_tls_key_must_be_private),

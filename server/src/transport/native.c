@@ -425,18 +425,24 @@ static void native_answer(transport_native *n, native_conn *c, const uint8_t *bo
  * false when epoll would not take it. */
 static bool native_poll_pending(native_pool *p, native_req *r)
 {
+    /* once epoll holds r, another thread may resume it, answer it and lend its session to a
+     * new request: nothing of r is read after the epoll_ctl that hands it over, and the
+     * session's descriptor is recorded before */
+    int *polled = &p->polled[r->session];
     int fd = srv_pending_fd(r->pending);
     if (fd < 0)
         return false;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = r};
     /* the descriptor of a reconnected session may be new, or a reused number that epoll no
      * longer holds (closing a descriptor removes it): then it is added */
-    if (p->polled[r->session] == fd && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+    if (*polled == fd && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
         return true;
-    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
-        return false;
-    p->polled[r->session] = fd;
-    return true;
+    int was = *polled;
+    *polled = fd;
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+        return true;
+    *polled = was;
+    return false;
 }
 
 /* Wait on this thread for a deferred request epoll would not take (out of kernel memory). */

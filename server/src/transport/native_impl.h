@@ -23,12 +23,6 @@
 #define NATIVE_POOLS         2    /* ipc, network */
 #define NATIVE_STOP_GRACE_MS 500  /* past the send timeout, for the writer to drop the queues */
 
-/* Requests of a pool that may wait on PostgreSQL without a thread at once; past them, a request
- * holds its thread for its round trip as before. Each has a session, opened on first use: the
- * pool opens as many PostgreSQL connections as it had requests in flight at once, at most
- * threads + NATIVE_DEFERRED_MAX. */
-#define NATIVE_DEFERRED_MAX 16
-
 enum { NATIVE_TAG_LISTENER = 1, NATIVE_TAG_CONN, NATIVE_TAG_WAKE, NATIVE_TAG_PENDING };
 
 /* What precedes a message's bytes: its 64-bit length, on ipc:// after a type byte. */

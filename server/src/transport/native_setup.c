@@ -317,7 +317,7 @@ static bf_err native_pool_start(native_pool *p, int threads, srv_context *ctx, c
 {
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    p->deferred_max = NATIVE_DEFERRED_MAX;
+    p->deferred_max = SRV_TRANSPORT_DEFERRED;
     int sessions = threads + p->deferred_max;
     p->threads = calloc((size_t)threads, sizeof *p->threads);
     p->sessions = calloc((size_t)sessions, sizeof *p->sessions);

@@ -5,7 +5,10 @@
  * tls+tcp:// by an nng rep0 socket with a pool of threads and of contexts (transport_serve.c).
  * Every request goes to srv_dispatch() with a srv_session lent from its pool (the most
  * recently returned first, so that a quiet caller's requests meet one warm PostgreSQL backend);
- * replies are sent without holding a thread while their peers are slow to read.
+ * replies are sent without holding a thread while their peers are slow to read. On tcp:// and
+ * ipc://, a request whose handler defers its answer (srv_call_defer: Readiness.Check without a
+ * wait, Admin.Get) waits on PostgreSQL without a thread, up to SRV_TRANSPORT_DEFERRED of them a
+ * pool; the threads meanwhile serve whatever else is ready.
  *
  * Hostile peers: connections are admitted under a cap per listener and per peer (remote IP,
  * or uid on ipc); a connection has at most SRV_TRANSPORT_IN_FLIGHT requests in flight (more
@@ -40,6 +43,11 @@
 /* Requests one connection may have being served; a further one is dropped without an answer.
  * Two lets a client's retry in while its first attempt is still being served. */
 #define SRV_TRANSPORT_IN_FLIGHT 2
+/* Requests of a native pool (tcp://, ipc://) that may wait on PostgreSQL without a thread at
+ * once; past them, a request holds its thread for its round trip. Each holds a session of the
+ * pool, opened on first use: a pool opens as many PostgreSQL connections as it had requests in
+ * flight at once, at most its threads + SRV_TRANSPORT_DEFERRED. */
+#define SRV_TRANSPORT_DEFERRED 16
 /* Replies one connection may have being sent (handed to nng, not yet completed), also what
  * sizes the slot pool. More than IN_FLIGHT: a send completes on nng's thread after the peer may
  * already have its reply, so a client that sends one request at a time can meet a few of its
