@@ -16,7 +16,12 @@
  * the registry's IDs (test_id_spelled_null): unquoted, the element null reads as SQL NULL, so
  * the claim of the next eligible row never finds that ID and the readiness gate reports an
  * entry without an ID that never clears.
+ *
+ * Guard proved: engine.c exec_take's return while PostgreSQL has not answered (test_async_reads):
+ * a read's end does not wait. With the return removed, bf_readiness_end waits for a table the
+ * test holds locked until the engine's statement timeout cancels it, and reports it done.
  */
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -282,12 +287,91 @@ static void test_id_spelled_null(void **state)
     bf_registry_free(reg);
 }
 
+/* Wait until the engine's socket is readable (bounded: a test, not a product wait). */
+static void async_wait(bf_engine *e)
+{
+    struct pollfd pfd = {.fd = bf_engine_socket(e), .events = POLLIN};
+    assert_true(pfd.fd >= 0);
+    assert_int_equal(poll(&pfd, 1, 30000), 1);
+}
+
+/* The asynchronous reads (what the daemon's transport uses for Check and Get): a begin sends, an
+ * end takes what arrived without waiting, nothing else may start in between, and the answers
+ * are the blocking reads' answers. */
+static void test_async_reads(void **state)
+{
+    bf_definition gated = items_fix; /* required and never started: it gates */
+    gated.id = "items.async_gated_v1";
+    gated.required = true;
+    const bf_definition *const both[] = {&gated, &items_fix};
+    bf_registry *reg = bt_registry(both, 2);
+    bf_engine *e = bt_engine(reg, "t1", 0);
+    assert_int_equal(bf_register_all(e), BF_OK);
+
+    /* PostgreSQL cannot answer while the table is locked: the end returns, not done (the
+     * statement is prepared first: a begin prepares on a connection's first use, and waits) */
+    bf_gate_entry gate[4], sync_gate[4];
+    int gating = -1, sync_gating = -1;
+    assert_int_equal(bf_readiness_read(e, sync_gate, 4, &sync_gating), BF_OK);
+    PGconn *holder = bt_connect();
+    bt_exec(holder, "BEGIN");
+    bt_exec(holder, "LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    assert_int_equal(bf_readiness_begin(e, true), BF_OK);
+    assert_int_equal(bf_readiness_begin(e, true), BF_ERR_INVALID_ARGUMENT); /* one at a time */
+    assert_int_equal(bf_get_begin(e, items_fix.id), BF_ERR_INVALID_ARGUMENT);
+    PGconn *c = bt_connect();
+    bt_wait_lock_waiters(c, 1); /* the read waits on the lock inside PostgreSQL */
+    gating = -1;
+    bool done = true;
+    assert_int_equal(bf_readiness_end(e, gate, 4, &gating, &done), BF_OK);
+    assert_false(done);
+    bt_exec(holder, "ROLLBACK");
+    while (!done) {
+        async_wait(e);
+        assert_int_equal(bf_readiness_end(e, gate, 4, &gating, &done), BF_OK);
+    }
+    assert_int_equal(sync_gating, 1);
+    assert_int_equal(gating, 1);
+    assert_string_equal(gate[0].id, gated.id);
+    assert_string_equal(sync_gate[0].id, gated.id);
+
+    /* Get in halves gives what bf_get gives; an unknown ID ends NOT_FOUND, and leaves the
+     * engine free for the next read */
+    bf_backfill async_row, row;
+    assert_int_equal(bf_get_begin(e, items_fix.id), BF_OK);
+    for (done = false; !done;) {
+        async_wait(e);
+        assert_int_equal(bf_get_end(e, &async_row, &done), BF_OK);
+    }
+    assert_int_equal(bf_get(e, items_fix.id, &row), BF_OK);
+    assert_string_equal(async_row.id, items_fix.id);
+    assert_int_equal(async_row.state, row.state);
+    assert_int_equal(async_row.generation, row.generation);
+    assert_int_equal(bf_get_begin(e, "items.unknown_v1"), BF_OK);
+    bf_err err = BF_OK;
+    for (done = false; !done;) {
+        async_wait(e);
+        err = bf_get_end(e, &async_row, &done);
+    }
+    assert_int_equal(err, BF_ERR_NOT_FOUND);
+    assert_int_equal(bf_readiness_begin(e, false), BF_OK); /* the schema alone (manual mode) */
+    for (done = false; !done;) {
+        async_wait(e);
+        assert_int_equal(bf_readiness_end(e, gate, 4, &gating, &done), BF_OK);
+    }
+    assert_int_equal(gating, 0);
+    PQfinish(c);
+    PQfinish(holder);
+    bf_engine_close(e);
+    bf_registry_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrate_idempotent), cmocka_unit_test(test_unknown_schema_version),
         cmocka_unit_test(test_run_to_completion),  cmocka_unit_test(test_id_spelled_null),
-        cmocka_unit_test(test_start_required),
+        cmocka_unit_test(test_start_required),     cmocka_unit_test(test_async_reads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
