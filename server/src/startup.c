@@ -111,11 +111,12 @@ void srv_fd_limit_raise(const srv_config *cfg)
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
             lim = raised;
     }
-    /* a connection, a PostgreSQL session per transport thread (one pool per listener kind), a
-     * session per worker and the startup sequence's */
+    /* a connection, the PostgreSQL sessions of a pool (one per transport thread and one per
+     * request deferred at once; one pool per listener kind), a session per worker and the
+     * startup sequence's */
     unsigned long want = (unsigned long)cfg->n_listen * (unsigned long)cfg->max_connections +
-                         2ul * (unsigned long)cfg->threads + (unsigned long)cfg->workers + 1 +
-                         STARTUP_FD_SLACK;
+                         2ul * ((unsigned long)cfg->threads + SRV_TRANSPORT_DEFERRED) +
+                         (unsigned long)cfg->workers + 1 + STARTUP_FD_SLACK;
     if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want)
         srv_log(BF_LOG_WARN,
                 "the descriptor limit (%lu) is below what max_connections on %zu listener%s, the "

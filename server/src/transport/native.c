@@ -26,6 +26,22 @@
  * threads and a thread of ours for the same (issue 26 measured the hops). epoll wakes the
  * thread that waited last, so a quiet caller also meets one thread.
  *
+ * Deferred requests. A handler that would wait for PostgreSQL (Readiness.Check without a wait,
+ * Admin.Get) may instead send its statement and defer its answer (srv_call_defer): the thread
+ * puts the session's socket in the pool's epoll set (EPOLLONESHOT, data: the native_req) and
+ * goes back to epoll_wait, and whichever thread epoll wakes for that socket resumes the request
+ * (srv_dispatch_resume), which answers or defers again. So a thread never sleeps in a request's
+ * round trip: with as many threads as CPUs a busy thread finds the next ready event (a request,
+ * a PostgreSQL answer) without sleeping, where a thread per request in flight woke one for
+ * each (issue 26: 3.4 context switches a request at eight clients, 1.3 with two threads
+ * deferring). A deferred request holds a session: a pool has threads + SRV_TRANSPORT_DEFERRED
+ * sessions and lets at most SRV_TRANSPORT_DEFERRED requests defer at once (p->deferred), so a
+ * thread always finds an idle session; past the cap a request waits on its thread as before. A
+ * session's socket stays in the set, disarmed, while it is idle (re-armed with MOD next time;
+ * added again when its engine reconnected: closing a descriptor removes it from the set). Once
+ * epoll holds a request nothing of it is read by the thread that handed it over. A deferred
+ * request counts in serving until it is answered, so stop waits for it as for any other.
+ *
  * Replies never wait for their peers. A reply is written without blocking; what the socket
  * does not take is queued on the connection (and later replies behind it), the connection is
  * handed to the writer thread, which writes the queue as the peer reads it (EPOLLOUT on an
