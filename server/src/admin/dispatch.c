@@ -45,6 +45,14 @@
  * their own waits with srv_call_remaining_us(); an answer that comes too late is replaced by
  * DEADLINE_EXCEEDED (a control may have taken effect: the client retries with the same request
  * ID and gets the stored outcome).
+ *
+ * Deferred answers: a transport that waits on sockets itself (native.c) calls
+ * srv_dispatch_begin() with a place for a srv_pending; a handler may then send its PostgreSQL
+ * statement and return without answering (srv_call_defer), and the transport calls
+ * srv_dispatch_resume() once the socket is readable, until the handler answers
+ * (srv_call_answer). So everything a request holds lives in its srv_pending on the heap, not on
+ * the receiving thread's stack; the checks, the audit of a rejection and the deadline are the
+ * same either way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,6 +583,8 @@ struct srv_pending {
 
 void srv_call_defer(srv_call *call, int fd, void (*resume)(srv_call *call, void *arg), void *arg)
 {
+    if (!call->may_defer)
+        return; /* a handler's mistake: it answers nothing, so the call ends INTERNAL */
     call->defer_fd = fd;
     call->resume = resume;
     call->resume_arg = arg;
