@@ -21,9 +21,17 @@
  *   audited) and accepts the same request with a token; the daemon with the boundary on
  *   accepts it token-less. Guard: auth.c auth_boundary_applies "auth->ipc_boundary &&";
  *   killed by removing it.
+ * - test_readiness_holds_no_thread: a daemon with one transport thread serves WhoAmI while a
+ *   Readiness.Check's read waits on a table the test holds locked, and again while a Check
+ *   waits (wait_ms) for the gate to change; the waiting Check then answers as soon as a Pause
+ *   changes its answer. Guard: readiness.c readiness_check's deferred job (call->may_defer):
+ *   killed by taking the threaded path always (WhoAmI then waits for the read, and for the
+ *   wait's tick, which answers the Check first).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +51,7 @@
 
 static PGconn *pg;
 static int passed;
-#define CASES 3
+#define CASES 4
 
 static int setup(void **state)
 {
@@ -290,12 +298,113 @@ static void test_ipc_boundary_off_refuses_tokenless(void **state)
     passed++;
 }
 
+/* ---- a Check holds no thread ----------------------------------------------------------- */
+
+typedef struct waiting_check {
+    const char *url;
+    uint32_t wait_ms;
+    bd_check_resp *resp;
+    atomic_bool answered;
+} waiting_check;
+
+static void *waiting_check_main(void *arg)
+{
+    waiting_check *w = arg;
+    bfc_client *c = bd_client(w->url, NULL, 60000, -1);
+    w->resp = bd_check(c, w->wait_ms);
+    atomic_store(&w->answered, true);
+    bfc_close(c);
+    return NULL;
+}
+
+/* WhoAmI through the daemon; true when it answered OK. */
+static bool who_am_i(const char *url)
+{
+    bfc_client *c = bd_client(url, NULL, 20000, -1);
+    Buzz__Backfill__V1__WhoAmIRequest req = BUZZ__BACKFILL__V1__WHO_AM_IREQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    int code = bd_call(c, &buzz__backfill__v1__admin__descriptor, "WhoAmI", &req.base, &out);
+    bd_free(out);
+    bfc_close(c);
+    return code == OK;
+}
+
+static void test_readiness_holds_no_thread(void **state)
+{
+    (void)state;
+    const char *conninfo = bd_db_new("dg_defer");
+    PGconn *g = bd_connect(conninfo);
+    bt_install_barrier(g);
+    bt_make_items(g, "c13_items", 100);
+    bt_make_items(g, "c13_opt", 100);
+    bd_migrate(conninfo);
+    bd_options o = bd_defaults();
+    o.conninfo = conninfo;
+    o.definitions = "c13";
+    o.auto_backfill = true;
+    o.workers = 0; /* the required backfill is started and stays running: the gate is shut */
+    o.threads = 1;
+    bd_daemon d;
+    bd_start(&d, &o);
+    bd_wait_registered(g, 2);
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
+    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
+    /* the session lent next has prepared the Check's statement (a prepare would wait for the
+     * lock below on the thread: once per connection) */
+    bd_free(bd_check(c, 0));
+
+    /* a Check's read in PostgreSQL, held by the test's lock: the one thread serves on */
+    PGconn *holder = bd_connect(conninfo);
+    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    waiting_check first = {.url = d.ipc_url, .wait_ms = 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &first), 0);
+    bt_wait_lock_waiters(g, 1);
+    assert_true(who_am_i(d.ipc_url));
+    assert_false(atomic_load(&first.answered));
+    bt_exec(holder, "COMMIT");
+    pthread_join(th, NULL);
+    assert_false(first.resp->ready);
+    bd_free(first.resp);
+
+    /* a Check waiting for the gate to change: the one thread serves on */
+    waiting_check waiter = {.url = d.ipc_url, .wait_ms = 30000};
+    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &waiter), 0);
+    bt_wait_lock_waiters(g, 1); /* its first read */
+    bt_exec(holder, "COMMIT");
+    /* its first read has answered once its backend is idle again: it waits */
+    for (int i = 0;
+         bt_int(g, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                   " AND wait_event_type = 'Lock'") > 0;
+         i++) {
+        assert_true(i < 6000);
+        bd_sleep_ms(10);
+    }
+    assert_true(who_am_i(d.ipc_url));
+    assert_false(atomic_load(&waiter.answered));
+    /* a change answers it at once (the notification of the transition) */
+    bd_control_ok(c, "Pause", REQ);
+    pthread_join(th, NULL);
+    assert_int_equal(waiter.resp->n_gating, 1);
+    assert_int_equal(waiter.resp->gating[0]->state, BUZZ__BACKFILL__V1__STATE__PAUSED);
+    bd_free(waiter.resp);
+
+    bfc_close(c);
+    bd_stop(&d);
+    PQfinish(holder);
+    PQfinish(g);
+    bd_db_drop_last();
+    passed++;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_audit_is_atomic),
         cmocka_unit_test(test_unregistered_required_id_gates),
         cmocka_unit_test(test_ipc_boundary_off_refuses_tokenless),
+        cmocka_unit_test(test_readiness_holds_no_thread),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,14 +11,24 @@
  * the call's deadline) LISTENs on the session's connection before the first read, so no change
  * can slip between read and wait; a notification, or a one-second tick for changes nobody
  * announces (schema, database coming back), only wakes the loop, which reads PostgreSQL again
- * and answers as soon as the answer differs from the first read or is ready. A wait holds its
- * transport thread, so at most ctx->readiness_waiters_max waits run at once; others are cut to
- * one tick, which keeps looping clients paced without starving the admin API.
+ * and answers as soon as the answer differs from the first read or is ready.
+ *
+ * Threads. On a transport that waits on sockets itself (tcp://, ipc://: call->may_defer), the
+ * Check is a readiness_job that holds no thread: each read is sent and resumed when PostgreSQL
+ * has answered, and the wait is an epoll set of the session's socket and a timerfd (the tick),
+ * resumed when either is readable; the transport caps how many such requests there are
+ * (SRV_TRANSPORT_DEFERRED). Elsewhere (tls+tcp://, a database that could not be opened, past
+ * that cap) the Check runs on its thread, and a wait holds it: at most
+ * ctx->readiness_waiters_max such waits run at once; others are cut to one tick, which keeps
+ * looping clients paced without starving the admin API.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "buzz/backfill/v1/token.pb-c.h"
 #include "log.h"
@@ -223,22 +233,121 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     readiness_fill(a, ctx, e, err, gating);
 }
 
-/* A deferred Check (no wait) once its session's socket is readable: the read's end, then the
- * answer, or another wait when more is still to come. */
-static void readiness_check_resume(srv_call *call, void *arg)
+/* ---- a deferred Check: its reads and its wait without a thread ---------------------------- */
+
+/* A Check deferred by its handler (srv_call_defer): the answer, and for a wait (wait_ms) what
+ * it compares with and an epoll set of the session's socket (notifications) and a tick. */
+typedef struct readiness_job {
+    readiness_answer a;
+    int64_t until;   /* CLOCK_MONOTONIC us when the wait ends; 0: no wait */
+    bool have_first; /* first holds the first answer's fingerprint */
+    uint64_t first;
+    int ep, tick, sock; /* the wait's epoll set, its timerfd, the socket in it; -1: none */
+} readiness_job;
+
+static void readiness_job_read(srv_call *call, readiness_job *job);
+static void readiness_job_woken(srv_call *call, void *arg);
+
+static void readiness_job_end(srv_call *call, readiness_job *job)
 {
-    readiness_answer *a = arg;
+    srv_call_answer(call, &job->a.resp.base);
+    if (job->ep >= 0)
+        close(job->ep);
+    if (job->tick >= 0)
+        close(job->tick);
+    free(job);
+}
+
+/* Wait (deferred) for a notification on the session's connection or a tick of slice_ms; false
+ * when the wait could not be set up (out of descriptors): the caller answers at once. */
+static bool readiness_job_wait(srv_call *call, readiness_job *job, int slice_ms)
+{
+    bf_engine *e = call->session->engine;
+    if (job->ep < 0 && (job->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        return false;
+    if (job->tick < 0) {
+        job->tick = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (job->tick < 0 || epoll_ctl(job->ep, EPOLL_CTL_ADD, job->tick, &ev) != 0)
+            return false;
+    }
+    int sock = bf_engine_socket(e); /* a new one after a reconnect */
+    if (sock < 0)
+        return false;
+    if (sock != job->sock) {
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (job->sock >= 0)
+            (void)epoll_ctl(job->ep, EPOLL_CTL_DEL, job->sock, NULL); /* closed already, mostly */
+        if (epoll_ctl(job->ep, EPOLL_CTL_ADD, sock, &ev) != 0)
+            return false;
+        job->sock = sock;
+    }
+    struct itimerspec its = {.it_value = {slice_ms / 1000, (long)(slice_ms % 1000) * 1000000L}};
+    if (timerfd_settime(job->tick, 0, &its, NULL) != 0)
+        return false;
+    srv_call_defer(call, job->ep, readiness_job_woken, job);
+    return true;
+}
+
+/* A read of the job ended (err, gating): answer, or wait for a change and read again. */
+static void readiness_job_next(srv_call *call, readiness_job *job, bf_err err, int gating)
+{
+    srv_context *ctx = call->session->ctx;
+    readiness_fill(&job->a, ctx, call->session->engine, err, gating);
+    if (!job->have_first) {
+        job->first = job->a.fingerprint;
+        job->have_first = true;
+    }
+    int64_t left_ms = job->until != 0 ? (job->until - srv_now_us()) / 1000 : 0;
+    if (left_ms > 0 && !job->a.resp.ready && job->a.fingerprint == job->first &&
+        !atomic_load(&ctx->shutting_down)) {
+        /* a notification the read took in with its answer is no longer on the socket */
+        if (bf_wait_notify(call->session->engine, 0) == BF_OK) {
+            readiness_job_read(call, job);
+            return;
+        }
+        if (readiness_job_wait(call, job,
+                               left_ms < READINESS_TICK_MS ? (int)left_ms : READINESS_TICK_MS))
+            return;
+    }
+    readiness_job_end(call, job);
+}
+
+/* The read's socket is readable: its end, then the next step. */
+static void readiness_job_resume(srv_call *call, void *arg)
+{
+    readiness_job *job = arg;
     bf_engine *e = call->session->engine;
     int gating = 0;
     bool done = false;
-    bf_err err = bf_readiness_end(e, a->rows, READINESS_GATING_MAX, &gating, &done);
-    if (!done) {
-        srv_call_defer(call, bf_engine_socket(e), readiness_check_resume, a);
-        return;
-    }
-    readiness_fill(a, call->session->ctx, e, err, gating);
-    srv_call_answer(call, &a->resp.base);
-    free(a);
+    bf_err err = bf_readiness_end(e, job->a.rows, READINESS_GATING_MAX, &gating, &done);
+    if (done)
+        readiness_job_next(call, job, err, gating);
+    else
+        srv_call_defer(call, bf_engine_socket(e), readiness_job_resume, job);
+}
+
+/* One read of the job, deferred until PostgreSQL answers. */
+static void readiness_job_read(srv_call *call, readiness_job *job)
+{
+    bf_engine *e = call->session->engine;
+    readiness_init(&job->a);
+    bf_err err = bf_readiness_begin(e, call->session->ctx->auto_backfill);
+    if (err == BF_OK)
+        srv_call_defer(call, bf_engine_socket(e), readiness_job_resume, job);
+    else
+        readiness_job_next(call, job, err, 0);
+}
+
+/* The wait ended (a notification, the tick, or the connection's end): read again. */
+static void readiness_job_woken(srv_call *call, void *arg)
+{
+    readiness_job *job = arg;
+    uint64_t ticks;
+    ssize_t r = read(job->tick, &ticks, sizeof ticks);
+    (void)r; /* nothing to read when a notification woke it */
+    (void)bf_wait_notify(call->session->engine, 0); /* drain; the read reports a lost connection */
+    readiness_job_read(call, job);
 }
 
 static void readiness_sleep_ms(int ms)
@@ -255,19 +364,19 @@ static bf_engine *readiness_engine(srv_call *call, bf_err *err)
     return *err == BF_OK ? e : NULL;
 }
 
+static void readiness_no_memory(srv_call *call)
+{
+    srv_call_status(call, BUZZ__BACKFILL__V1__STATUS_CODE__RESOURCE_EXHAUSTED,
+                    bf_err_str(BF_ERR_NOMEM), "%s", "");
+    srv_call_answer(call, NULL);
+}
+
 static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
                             const Buzz__Backfill__V1__CheckRequest *in,
                             Buzz__Backfill__V1__CheckResponse_Closure closure, void *closure_data)
 {
     srv_call *call = SRV_CALL(closure_data);
     srv_context *ctx = call->session->ctx;
-    readiness_answer *a = malloc(sizeof *a);
-    if (a == NULL) {
-        srv_call_status(call, BUZZ__BACKFILL__V1__STATUS_CODE__RESOURCE_EXHAUSTED,
-                        bf_err_str(BF_ERR_NOMEM), "%s", "");
-        closure(NULL, closure_data);
-        return;
-    }
     int64_t wait_us = 0;
     if (in->has_wait_ms && in->wait_ms > 0) {
         uint32_t ms = in->wait_ms < READINESS_WAIT_MAX_MS ? in->wait_ms : READINESS_WAIT_MAX_MS;
@@ -276,6 +385,29 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
         int64_t left = srv_call_remaining_us(call) - 100000;
         if (left < wait_us)
             wait_us = left > 0 ? left : 0;
+    }
+    bf_err err;
+    bf_engine *e = readiness_engine(call, &err);
+    if (e != NULL && call->may_defer) {
+        /* the reads and the wait give the thread back: the transport resumes the job when
+         * PostgreSQL has answered, a notification has come or the tick is due */
+        readiness_job *job = malloc(sizeof *job);
+        if (job == NULL) {
+            readiness_no_memory(call);
+            return;
+        }
+        job->until = wait_us > 0 ? srv_now_us() + wait_us : 0;
+        job->have_first = false;
+        job->ep = job->tick = job->sock = -1;
+        if (wait_us > 0)
+            (void)bf_wait_notify(e, 0); /* listen before the first read */
+        readiness_job_read(call, job);
+        return;
+    }
+    readiness_answer *a = malloc(sizeof *a);
+    if (a == NULL) {
+        readiness_no_memory(call);
+        return;
     }
     bool slot = false;
     if (wait_us > 0) { /* a long wait holds a transport thread: only so many at once */
@@ -287,22 +419,6 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
         }
     }
     int64_t until = srv_now_us() + wait_us;
-    bf_err err;
-    bf_engine *e = readiness_engine(call, &err);
-    if (wait_us == 0 && e != NULL && call->may_defer) {
-        /* send the read and give the thread back: the transport resumes it when PostgreSQL
-         * has answered */
-        readiness_init(a);
-        err = bf_readiness_begin(e, ctx->auto_backfill);
-        if (err == BF_OK) {
-            srv_call_defer(call, bf_engine_socket(e), readiness_check_resume, a);
-            return;
-        }
-        readiness_fill(a, ctx, e, err, 0);
-        closure(&a->resp, closure_data);
-        free(a);
-        return;
-    }
     if (wait_us > 0 && e != NULL)
         (void)bf_wait_notify(e, 0); /* listen before the first read */
     readiness_compute(a, ctx, e, err);

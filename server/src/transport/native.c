@@ -26,8 +26,9 @@
  * threads and a thread of ours for the same (issue 26 measured the hops). epoll wakes the
  * thread that waited last, so a quiet caller also meets one thread.
  *
- * Deferred requests. A handler that would wait for PostgreSQL (Readiness.Check without a wait,
- * Admin.Get) may instead send its statement and defer its answer (srv_call_defer): the thread
+ * Deferred requests. A handler that would wait for PostgreSQL (Readiness.Check, its wait_ms
+ * included, and Admin.Get) may instead send its statement and defer its answer (srv_call_defer,
+ * on the session's socket or on any descriptor of its own, such as a Check's wait set): the thread
  * puts the session's socket in the pool's epoll set (EPOLLONESHOT, data: the native_req) and
  * goes back to epoll_wait, and whichever thread epoll wakes for that socket resumes the request
  * (srv_dispatch_resume), which answers or defers again. So a thread never sleeps in a request's
@@ -455,7 +456,11 @@ static bool native_poll_pending(native_pool *p, native_req *r)
         return true;
     int was = *polled;
     *polled = fd;
-    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+    /* EEXIST: the set holds it from an earlier wait of the session (a Check's wait set, say)
+     * while polled names another: epoll keys on the descriptor and its open file, so that
+     * entry is this one's, and is re-armed */
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
+        (errno == EEXIST && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
         return true;
     *polled = was;
     return false;

@@ -6,9 +6,9 @@
  * Every request goes to srv_dispatch() with a srv_session lent from its pool (the most
  * recently returned first, so that a quiet caller's requests meet one warm PostgreSQL backend);
  * replies are sent without holding a thread while their peers are slow to read. On tcp:// and
- * ipc://, a request whose handler defers its answer (srv_call_defer: Readiness.Check without a
- * wait, Admin.Get) waits on PostgreSQL without a thread, up to SRV_TRANSPORT_DEFERRED of them a
- * pool; the threads meanwhile serve whatever else is ready.
+ * ipc://, a request whose handler defers its answer (srv_call_defer: Readiness.Check, its wait
+ * included, and Admin.Get) waits on PostgreSQL without a thread, up to SRV_TRANSPORT_DEFERRED of
+ * them a pool; the threads meanwhile serve whatever else is ready.
  *
  * Hostile peers: connections are admitted under a cap per listener and per peer (remote IP,
  * or uid on ipc); a connection has at most SRV_TRANSPORT_IN_FLIGHT requests in flight (more
