@@ -22,6 +22,7 @@
  * ctx->readiness_waiters_max such waits run at once; others are cut to one tick, which keeps
  * looping clients paced without starving the admin API.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,17 +272,17 @@ static bool readiness_job_wait(srv_call *call, readiness_job *job, int slice_ms)
         if (job->tick < 0 || epoll_ctl(job->ep, EPOLL_CTL_ADD, job->tick, &ev) != 0)
             return false;
     }
-    int sock = bf_engine_socket(e); /* a new one after a reconnect */
+    /* a reconnect closed the socket the set held (which removed it) and opened another, perhaps
+     * under the same number: added every time, EEXIST when it is still the one */
+    int sock = bf_engine_socket(e);
     if (sock < 0)
         return false;
-    if (sock != job->sock) {
-        struct epoll_event ev = {.events = EPOLLIN};
-        if (job->sock >= 0)
-            (void)epoll_ctl(job->ep, EPOLL_CTL_DEL, job->sock, NULL); /* closed already, mostly */
-        if (epoll_ctl(job->ep, EPOLL_CTL_ADD, sock, &ev) != 0)
-            return false;
-        job->sock = sock;
-    }
+    if (job->sock >= 0 && job->sock != sock)
+        (void)epoll_ctl(job->ep, EPOLL_CTL_DEL, job->sock, NULL); /* closed already, mostly */
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (epoll_ctl(job->ep, EPOLL_CTL_ADD, sock, &ev) != 0 && errno != EEXIST)
+        return false;
+    job->sock = sock;
     struct itimerspec its = {.it_value = {slice_ms / 1000, (long)(slice_ms % 1000) * 1000000L}};
     if (timerfd_settime(job->tick, 0, &its, NULL) != 0)
         return false;
