@@ -455,8 +455,10 @@ typedef struct slow_call {
     int code;
 } slow_call;
 
-/* Readiness.Check with a wait: each holds a network thread for at least a second (the waits
- * beyond readiness_waiters_max are cut to one second, not to nothing). */
+/* Readiness.Check with a wait, unanswered for at least a second: the first
+ * SRV_TRANSPORT_DEFERRED of them wait without a thread, each one past those holds a network
+ * thread (the threaded waits beyond readiness_waiters_max are cut to one second, not to
+ * nothing). */
 static void *slow_call_main(void *arg)
 {
     slow_call *sc = arg;
@@ -474,12 +476,13 @@ static void *slow_call_main(void *arg)
     return NULL;
 }
 
-/* Twice as many slow readiness waits on tcp as there are threads: an ipc caller is answered
- * at once all the same, from its own pool. */
+/* Slow readiness waits on tcp beyond those that wait without a thread, twice as many as there
+ * are threads: an ipc caller is answered at once all the same, from its own pool. */
+#define DEFERRED 16 /* SRV_TRANSPORT_DEFERRED (server/src/transport/transport.h) */
 static void test_ipc_served_while_tcp_is_busy(void **state)
 {
     (void)state;
-    enum { THREADS = 2, CALLS = 4 * THREADS };
+    enum { THREADS = 2, CALLS = DEFERRED + 4 * THREADS };
     bd_options o = options(NULL);
     o.threads = THREADS;
     bd_start(&daemon_, &o); /* no schema: readiness is not ready, so a Check waits */
