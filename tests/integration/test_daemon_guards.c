@@ -168,15 +168,24 @@ static int readyz(int port)
     return st;
 }
 
+/* A migrated database named name with the tables of the c13 definitions (REQ is required);
+ * *g is a connection to it. */
+static const char *c13_database(const char *name, PGconn **g)
+{
+    const char *conninfo = bd_db_new(name);
+    *g = bd_connect(conninfo);
+    bt_install_barrier(*g);
+    bt_make_items(*g, "c13_items", 100);
+    bt_make_items(*g, "c13_opt", 100);
+    bd_migrate(conninfo);
+    return conninfo;
+}
+
 static void test_unregistered_required_id_gates(void **state)
 {
     (void)state;
-    const char *conninfo = bd_db_new("dg_gate");
-    PGconn *g = bd_connect(conninfo);
-    bt_install_barrier(g);
-    bt_make_items(g, "c13_items", 100);
-    bt_make_items(g, "c13_opt", 100);
-    bd_migrate(conninfo);
+    PGconn *g = NULL;
+    const char *conninfo = c13_database("dg_gate", &g);
     /* the registration waits for this lock; the readiness reads do not */
     PGconn *holder = bd_connect(conninfo);
     bt_lock(holder, K_REQ); /* and, once registered, its batches wait until released */
@@ -332,12 +341,8 @@ static bool who_am_i(const char *url)
 static void test_readiness_holds_no_thread(void **state)
 {
     (void)state;
-    const char *conninfo = bd_db_new("dg_defer");
-    PGconn *g = bd_connect(conninfo);
-    bt_install_barrier(g);
-    bt_make_items(g, "c13_items", 100);
-    bt_make_items(g, "c13_opt", 100);
-    bd_migrate(conninfo);
+    PGconn *g = NULL;
+    const char *conninfo = c13_database("dg_defer", &g);
     bd_options o = bd_defaults();
     o.conninfo = conninfo;
     o.definitions = "c13";
