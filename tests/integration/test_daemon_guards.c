@@ -27,6 +27,11 @@
  *   changes its answer. Guard: readiness.c readiness_check's deferred job (call->may_defer):
  *   killed by taking the threaded path always (WhoAmI then waits for the read, and for the
  *   wait's tick, which answers the Check first).
+ * - test_deferred_read_loses_its_backend: a Check whose read is deferred (held by the test's
+ *   lock) when its backend is terminated is answered at once, the database UNKNOWN, and the
+ *   session reconnects for the next Check and Get. Guard: engine.c exec_take's end of a read
+ *   whose connection failed (PQconsumeInput); killed by waiting again instead (the Check is
+ *   never answered).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -51,7 +56,7 @@
 
 static PGconn *pg;
 static int passed;
-#define CASES 4
+#define CASES 5
 
 static int setup(void **state)
 {
@@ -403,6 +408,58 @@ static void test_readiness_holds_no_thread(void **state)
     passed++;
 }
 
+static void test_deferred_read_loses_its_backend(void **state)
+{
+    (void)state;
+    PGconn *g = NULL;
+    const char *conninfo = c13_database("dg_lost", &g);
+    bd_options o = bd_defaults();
+    o.conninfo = conninfo;
+    o.definitions = "c13";
+    o.auto_backfill = true;
+    o.workers = 0;
+    o.threads = 1;
+    bd_daemon d;
+    bd_start(&d, &o);
+    bd_wait_registered(g, 2);
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
+    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
+    bd_free(bd_check(c, 0)); /* prepared on the session lent next */
+
+    PGconn *holder = bd_connect(conninfo);
+    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    waiting_check lost = {.url = d.ipc_url, .wait_ms = 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &lost), 0);
+    bt_wait_lock_waiters(g, 1);
+    assert_int_equal(bt_int(g, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                               " WHERE datname = current_database() AND wait_event_type = 'Lock'"),
+                     1);
+    pthread_join(th, NULL); /* answered while the lock is still held */
+    assert_false(lost.resp->ready);
+    assert_int_equal(bd_component(lost.resp, "database")->status, BD_CS(UNKNOWN_STATUS));
+    bd_free(lost.resp);
+    bt_exec(holder, "COMMIT");
+
+    /* the session reconnects: the next Check and Get are answered from PostgreSQL */
+    bd_check_resp *r = bd_check(c, 0);
+    assert_int_equal(bd_component(r, "database")->status, BD_CS(READY));
+    assert_int_equal(r->n_gating, 1);
+    assert_string_equal(r->gating[0]->id, REQ);
+    bd_free(r);
+    bd_get_resp *gr = bd_get(c, REQ);
+    assert_int_equal(gr->backfill->state, BUZZ__BACKFILL__V1__STATE__RUNNING);
+    bd_free(gr);
+    assert_true(who_am_i(d.ipc_url));
+
+    bfc_close(c);
+    bd_stop(&d);
+    PQfinish(holder);
+    PQfinish(g);
+    bd_db_drop_last();
+    passed++;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_unregistered_required_id_gates),
         cmocka_unit_test(test_ipc_boundary_off_refuses_tokenless),
         cmocka_unit_test(test_readiness_holds_no_thread),
+        cmocka_unit_test(test_deferred_read_loses_its_backend),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
