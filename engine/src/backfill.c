@@ -245,10 +245,9 @@ static bf_err get_finish(bf_engine *e, bf_backfill *out, bool block, bool *done)
         }
         e->async_step = 1;
     }
-    err = old_writers_recv(e, out, 1, block, done);
-    if (err != BF_OK || *done)
+    err = old_writers_recv(e, out, 1, block, done); /* an error ends it: *done */
+    if (*done)
         e->async_op = BF_ASYNC_NONE;
-    *done = err != BF_OK || *done;
     return err;
 }
 

@@ -115,7 +115,6 @@ struct bf_engine {
     /* an asynchronous read (bf_readiness_begin, bf_get_begin) from its begin to its last end */
     int async_op;         /* BF_ASYNC_*: which read, or BF_ASYNC_NONE */
     int async_step;       /* bf_get_end: 0 the row, 1 its old-writer counts */
-    bool async_counted;   /* bf_get_end: the row has a watch (its counts are read next) */
     PGresult *async_keep; /* results of the statement in flight taken so far */
 };
 

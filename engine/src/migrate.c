@@ -534,9 +534,13 @@ bf_err bf_readiness_begin(bf_engine *e, bool gate)
 {
     if (e == NULL || e->async_op != BF_ASYNC_NONE)
         return BF_ERR_INVALID_ARGUMENT;
-    const char *params[] = {bf__registry_ids(e->reg, true)};
-    bf_err err = gate ? schema_send(e, BF_STMT_READINESS, readiness_sql, 1, params)
-                      : schema_send(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL);
+    bf_err err;
+    if (gate) {
+        const char *params[] = {bf__registry_ids(e->reg, true)};
+        err = schema_send(e, BF_STMT_READINESS, readiness_sql, 1, params);
+    } else {
+        err = schema_send(e, BF_STMT_MIGRATIONS, applied_sql, 0, NULL);
+    }
     if (err == BF_OK)
         e->async_op = gate ? BF_ASYNC_READINESS : BF_ASYNC_SCHEMA;
     return err;
