@@ -437,33 +437,22 @@ static void native_answer(transport_native *n, native_conn *c, const uint8_t *bo
     native_send(n, c, frame, pre + hdr + out_len);
 }
 
-/* Put a deferred request's session socket in the pool's epoll set, armed once. A socket put
- * there before stays (disarmed) while its session is idle: it is re-armed, not added again.
- * false when epoll would not take it. */
+/* Put a deferred request's descriptor in the pool's epoll set, armed once (data: r). A
+ * descriptor put there before stays, disarmed, while its session is idle, and is re-armed;
+ * one the set does not hold (new, or a reconnected session's socket under a reused number,
+ * since closing a descriptor removes it) is added. epoll keys on the descriptor and its open
+ * file, so an entry found is this one's. Once epoll holds r, another thread may resume it,
+ * answer it and free it: nothing of r is read after the epoll_ctl that hands it over. false
+ * when epoll would not take it. */
 static bool native_poll_pending(native_pool *p, native_req *r)
 {
-    /* once epoll holds r, another thread may resume it, answer it and lend its session to a
-     * new request: nothing of r is read after the epoll_ctl that hands it over, and the
-     * session's descriptor is recorded before */
-    int *polled = &p->polled[r->session];
     int fd = srv_pending_fd(r->pending);
     if (fd < 0)
         return false;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = r};
-    /* the descriptor of a reconnected session may be new, or a reused number that epoll no
-     * longer holds (closing a descriptor removes it): then it is added */
-    if (*polled == fd && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+    if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
         return true;
-    int was = *polled;
-    *polled = fd;
-    /* EEXIST: the set holds it from an earlier wait of the session (a Check's wait set, say)
-     * while polled names another: epoll keys on the descriptor and its open file, so that
-     * entry is this one's, and is re-armed */
-    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
-        (errno == EEXIST && epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
-        return true;
-    *polled = was;
-    return false;
+    return errno == ENOENT && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 /* Wait on this thread for a deferred request epoll would not take (out of kernel memory). */
@@ -477,18 +466,14 @@ static void native_wait_pending(native_req *r, uint8_t **out, size_t *out_len, b
     }
 }
 
-/* A request's dispatch ended (r->pending NULL) or waits: answer it, or leave it to epoll. */
-static void native_settle(transport_native *n, native_req *r, bf_err err, uint8_t *out,
+/* A request's dispatch ended (r->pending NULL): answer it, give its session and its place
+ * among the deferred back, free r when it is on the heap. */
+static void native_finish(transport_native *n, native_req *r, bf_err err, uint8_t *out,
                           size_t out_len)
 {
     native_pool *p = r->c->pool;
-    if (err == BF_OK && r->pending != NULL) {
-        if (native_poll_pending(p, r))
-            return; /* r is epoll's now: any thread may resume it */
-        native_wait_pending(r, &out, &out_len, &err);
-    }
     native_session_give(p, r->session);
-    if (r->tag == NATIVE_TAG_PENDING)
+    if (r->counted)
         atomic_fetch_sub(&p->deferred, 1);
     native_answer(n, r->c, r->body, r->hdr, err, out, out_len);
     native_request_end(n, r->c, r->body);
@@ -501,7 +486,10 @@ void native_resume(transport_native *n, native_req *r)
     uint8_t *out = NULL;
     size_t out_len = 0;
     bf_err err = srv_dispatch_resume(&r->pending, &out, &out_len);
-    native_settle(n, r, err, out, out_len);
+    if (err == BF_OK && r->pending != NULL && native_poll_pending(r->c->pool, r))
+        return; /* it waits again: r is epoll's */
+    native_wait_pending(r, &out, &out_len, &err);
+    native_finish(n, r, err, out, out_len);
 }
 
 /* Serve one whole message of c (body: the backtrace, then the envelope; taken). */
@@ -529,23 +517,30 @@ static void native_serve(transport_native *n, native_conn *c, uint8_t *body, siz
         return;
     }
     native_pool *p = c->pool;
-    native_req local = {.tag = 0, .c = c, .body = body, .hdr = hdr};
-    native_req *r = &local;
+    /* on this thread's stack; on the heap only once its handler has deferred it */
+    native_req local = {.c = c, .body = body, .hdr = hdr, .session = native_session_take(p)};
     /* a request may wait on PostgreSQL without this thread while fewer than deferred_max do */
-    if (atomic_fetch_add(&p->deferred, 1) < p->deferred_max && (r = malloc(sizeof *r)) != NULL) {
-        *r = local;
-        r->tag = NATIVE_TAG_PENDING;
-    } else {
+    local.counted = atomic_fetch_add(&p->deferred, 1) < p->deferred_max;
+    if (!local.counted)
         atomic_fetch_sub(&p->deferred, 1);
-        r = &local;
-    }
-    r->session = native_session_take(p);
     uint8_t *out = NULL;
     size_t out_len = 0;
-    bf_err err = srv_dispatch_begin(t->d, &p->sessions[r->session], &c->peer, body + hdr, len - hdr,
-                                    received_us, r->tag == NATIVE_TAG_PENDING ? &r->pending : NULL,
-                                    &out, &out_len);
-    native_settle(n, r, err, out, out_len);
+    bf_err err =
+        srv_dispatch_begin(t->d, &p->sessions[local.session], &c->peer, body + hdr, len - hdr,
+                           received_us, local.counted ? &local.pending : NULL, &out, &out_len);
+    native_req *r = &local;
+    if (err == BF_OK && local.pending != NULL) {
+        native_req *heap = malloc(sizeof *heap);
+        if (heap != NULL) {
+            *heap = local;
+            heap->tag = NATIVE_TAG_PENDING;
+            if (native_poll_pending(p, heap))
+                return; /* heap is epoll's now: any thread may resume it */
+            r = heap;
+        }
+        native_wait_pending(r, &out, &out_len, &err);
+    }
+    native_finish(n, r, err, out, out_len);
 }
 
 /* A whole message was read: give the read turn back, then serve it (body is taken). */

@@ -83,10 +83,12 @@ typedef struct native_listener {
     atomic_bool paused; /* accept ran out of descriptors: the sweeper re-arms it */
 } native_listener;
 
-/* A request whose handler waits on PostgreSQL: its session's socket is in the pool's epoll
- * set (data: this), and whichever thread epoll wakes for it goes on with it. */
+/* A request being served. Once its handler has deferred it, it is on the heap (tag
+ * NATIVE_TAG_PENDING) and its descriptor is in the pool's epoll set (data: this): whichever
+ * thread epoll wakes for it goes on with it. */
 typedef struct native_req {
-    int tag; /* NATIVE_TAG_PENDING */
+    int tag;      /* NATIVE_TAG_PENDING on the heap, 0 on the serving thread's stack */
+    bool counted; /* it holds a place among the pool's deferred (it may defer) */
     native_conn *c;
     int session; /* index in the pool's sessions */
     uint8_t *body;
@@ -108,7 +110,6 @@ struct native_pool {
      * deferred request one while it waits, so one is always idle for a thread */
     srv_session *sessions;
     int n_sessions;
-    int *polled; /* per session: its socket as last put in epfd (-1: never) */
     srv_session **idle;
     int n_idle;
     int deferred_max;

@@ -321,12 +321,10 @@ static bf_err native_pool_start(native_pool *p, int threads, srv_context *ctx, c
     int sessions = threads + p->deferred_max;
     p->threads = calloc((size_t)threads, sizeof *p->threads);
     p->sessions = calloc((size_t)sessions, sizeof *p->sessions);
-    p->polled = calloc((size_t)sessions, sizeof *p->polled);
     p->idle = calloc((size_t)sessions, sizeof *p->idle);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->stop_tag};
     if (p->epfd < 0 || p->stop_fd < 0 || p->threads == NULL || p->sessions == NULL ||
-        p->polled == NULL || p->idle == NULL ||
-        epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->stop_fd, &ev) != 0)
+        p->idle == NULL || epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->stop_fd, &ev) != 0)
         return bf_diag_set(diag, diag_len, BF_ERR_INTERNAL, "could not set up the %s threads",
                            p->name);
     p->n_threads = threads;
@@ -334,7 +332,6 @@ static bf_err native_pool_start(native_pool *p, int threads, srv_context *ctx, c
     /* pushed last to first: the first session is lent first */
     for (int i = sessions - 1; i >= 0; i--) {
         p->sessions[i].ctx = ctx;
-        p->polled[i] = -1;
         p->idle[p->n_idle++] = &p->sessions[i];
     }
     for (int i = 0; i < threads; i++) {
@@ -576,7 +573,6 @@ void native_free(transport_native *n)
             close(p->stop_fd);
         free(p->threads);
         free(p->sessions);
-        free(p->polled);
         free(p->idle);
         pthread_mutex_destroy(&p->mtx);
     }
