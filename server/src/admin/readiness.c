@@ -234,6 +234,20 @@ static void readiness_compute(readiness_answer *a, const srv_context *ctx, bf_en
     readiness_fill(a, ctx, e, err, gating);
 }
 
+/* The next slice of a wait in ms, or 0 when it is over: the answer is ready or differs from
+ * the first read's (first), the daemon is stopping, or the time is up (until, CLOCK_MONOTONIC
+ * us; 0: no wait). A slice is at most a tick: changes nobody announces are read that often. */
+static int readiness_slice(const readiness_answer *a, uint64_t first, int64_t until,
+                           const srv_context *ctx)
+{
+    if (until == 0 || a->resp.ready || a->fingerprint != first || atomic_load(&ctx->shutting_down))
+        return 0;
+    int64_t left_ms = (until - srv_now_us()) / 1000;
+    if (left_ms <= 0)
+        return 0;
+    return left_ms < READINESS_TICK_MS ? (int)left_ms : READINESS_TICK_MS;
+}
+
 /* ---- a deferred Check: its reads and its wait without a thread ---------------------------- */
 
 /* A Check deferred by its handler (srv_call_defer): the answer, and for a wait (wait_ms) what
@@ -243,7 +257,7 @@ typedef struct readiness_job {
     int64_t until;   /* CLOCK_MONOTONIC us when the wait ends; 0: no wait */
     bool have_first; /* first holds the first answer's fingerprint */
     uint64_t first;
-    int ep, tick, sock; /* the wait's epoll set, its timerfd, the socket in it; -1: none */
+    int ep, tick; /* the wait's epoll set and its timerfd; -1: none yet */
 } readiness_job;
 
 static void readiness_job_read(srv_call *call, readiness_job *job);
@@ -272,17 +286,12 @@ static bool readiness_job_wait(srv_call *call, readiness_job *job, int slice_ms)
         if (job->tick < 0 || epoll_ctl(job->ep, EPOLL_CTL_ADD, job->tick, &ev) != 0)
             return false;
     }
-    /* a reconnect closed the socket the set held (which removed it) and opened another, perhaps
-     * under the same number: added every time, EEXIST when it is still the one */
+    /* added every time (EEXIST when the set holds it still): a reconnect closed the socket
+     * the set held, which removed it, and opened another, perhaps under the same number */
     int sock = bf_engine_socket(e);
-    if (sock < 0)
-        return false;
-    if (job->sock >= 0 && job->sock != sock)
-        (void)epoll_ctl(job->ep, EPOLL_CTL_DEL, job->sock, NULL); /* closed already, mostly */
     struct epoll_event ev = {.events = EPOLLIN};
-    if (epoll_ctl(job->ep, EPOLL_CTL_ADD, sock, &ev) != 0 && errno != EEXIST)
+    if (sock < 0 || (epoll_ctl(job->ep, EPOLL_CTL_ADD, sock, &ev) != 0 && errno != EEXIST))
         return false;
-    job->sock = sock;
     struct itimerspec its = {.it_value = {slice_ms / 1000, (long)(slice_ms % 1000) * 1000000L}};
     if (timerfd_settime(job->tick, 0, &its, NULL) != 0)
         return false;
@@ -299,16 +308,14 @@ static void readiness_job_next(srv_call *call, readiness_job *job, bf_err err, i
         job->first = job->a.fingerprint;
         job->have_first = true;
     }
-    int64_t left_ms = job->until != 0 ? (job->until - srv_now_us()) / 1000 : 0;
-    if (left_ms > 0 && !job->a.resp.ready && job->a.fingerprint == job->first &&
-        !atomic_load(&ctx->shutting_down)) {
+    int slice = readiness_slice(&job->a, job->first, job->until, ctx);
+    if (slice > 0) {
         /* a notification the read took in with its answer is no longer on the socket */
         if (bf_wait_notify(call->session->engine, 0) == BF_OK) {
             readiness_job_read(call, job);
             return;
         }
-        if (readiness_job_wait(call, job,
-                               left_ms < READINESS_TICK_MS ? (int)left_ms : READINESS_TICK_MS))
+        if (readiness_job_wait(call, job, slice))
             return;
     }
     readiness_job_end(call, job);
@@ -399,7 +406,7 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
         }
         job->until = wait_us > 0 ? srv_now_us() + wait_us : 0;
         job->have_first = false;
-        job->ep = job->tick = job->sock = -1;
+        job->ep = job->tick = -1;
         if (wait_us > 0)
             (void)bf_wait_notify(e, 0); /* listen before the first read */
         readiness_job_read(call, job);
@@ -419,17 +426,12 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
                 wait_us = READINESS_TICK_MS * 1000;
         }
     }
-    int64_t until = srv_now_us() + wait_us;
+    int64_t until = wait_us > 0 ? srv_now_us() + wait_us : 0;
     if (wait_us > 0 && e != NULL)
         (void)bf_wait_notify(e, 0); /* listen before the first read */
     readiness_compute(a, ctx, e, err);
     uint64_t first = a->fingerprint;
-    while (wait_us > 0 && !a->resp.ready && a->fingerprint == first &&
-           !atomic_load(&ctx->shutting_down)) {
-        int64_t left_ms = (until - srv_now_us()) / 1000;
-        if (left_ms <= 0)
-            break;
-        int slice = left_ms < READINESS_TICK_MS ? (int)left_ms : READINESS_TICK_MS;
+    for (int slice; (slice = readiness_slice(a, first, until, ctx)) > 0;) {
         bf_err werr = e != NULL ? bf_wait_notify(e, slice) : BF_ERR_UNAVAILABLE;
         if (werr != BF_OK && werr != BF_ERR_TIMEOUT)
             readiness_sleep_ms(slice); /* no connection to wait on: tick */
