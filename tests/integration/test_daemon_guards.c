@@ -343,120 +343,121 @@ static bool who_am_i(const char *url)
     return code == OK;
 }
 
-static void test_readiness_holds_no_thread(void **state)
-{
-    (void)state;
-    PGconn *g = NULL;
-    const char *conninfo = c13_database("dg_defer", &g);
-    bd_options o = bd_defaults();
-    o.conninfo = conninfo;
-    o.definitions = "c13";
-    o.auto_backfill = true;
-    o.workers = 0; /* the required backfill is started and stays running: the gate is shut */
-    o.threads = 1;
+/* A daemon with one transport thread and no workers on a c13 database, its required backfill
+ * started and running (the gate shut), and the Check's statement prepared on the session it
+ * lends next (a prepare would wait for the test's lock on the thread: once per connection). */
+typedef struct one_thread {
+    PGconn *g, *holder;
     bd_daemon d;
-    bd_start(&d, &o);
-    bd_wait_registered(g, 2);
-    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
-    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
-    /* the session lent next has prepared the Check's statement (a prepare would wait for the
-     * lock below on the thread: once per connection) */
-    bd_free(bd_check(c, 0));
+    bfc_client *c;
+} one_thread;
 
-    /* a Check's read in PostgreSQL, held by the test's lock: the one thread serves on */
-    PGconn *holder = bd_connect(conninfo);
-    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
-    waiting_check first = {.url = d.ipc_url, .wait_ms = 0};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &first), 0);
-    bt_wait_lock_waiters(g, 1);
-    assert_true(who_am_i(d.ipc_url));
-    assert_false(atomic_load(&first.answered));
-    bt_exec(holder, "COMMIT");
-    pthread_join(th, NULL);
-    assert_false(first.resp->ready);
-    bd_free(first.resp);
-
-    /* a Check waiting for the gate to change: the one thread serves on */
-    waiting_check waiter = {.url = d.ipc_url, .wait_ms = 30000};
-    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
-    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &waiter), 0);
-    bt_wait_lock_waiters(g, 1); /* its first read */
-    bt_exec(holder, "COMMIT");
-    /* its first read has answered once its backend is idle again: it waits */
-    for (int i = 0;
-         bt_int(g, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                   " AND wait_event_type = 'Lock'") > 0;
-         i++) {
-        assert_true(i < 6000);
-        bd_sleep_ms(10);
-    }
-    assert_true(who_am_i(d.ipc_url));
-    assert_false(atomic_load(&waiter.answered));
-    /* a change answers it at once (the notification of the transition) */
-    bd_control_ok(c, "Pause", REQ);
-    pthread_join(th, NULL);
-    assert_int_equal(waiter.resp->n_gating, 1);
-    assert_int_equal(waiter.resp->gating[0]->state, BUZZ__BACKFILL__V1__STATE__PAUSED);
-    bd_free(waiter.resp);
-
-    bfc_close(c);
-    bd_stop(&d);
-    PQfinish(holder);
-    PQfinish(g);
-    bd_db_drop_last();
-    passed++;
-}
-
-static void test_deferred_read_loses_its_backend(void **state)
+static void one_thread_start(one_thread *f, const char *db)
 {
-    (void)state;
-    PGconn *g = NULL;
-    const char *conninfo = c13_database("dg_lost", &g);
+    const char *conninfo = c13_database(db, &f->g);
     bd_options o = bd_defaults();
     o.conninfo = conninfo;
     o.definitions = "c13";
     o.auto_backfill = true;
     o.workers = 0;
     o.threads = 1;
-    bd_daemon d;
-    bd_start(&d, &o);
-    bd_wait_registered(g, 2);
-    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
-    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
-    bd_free(bd_check(c, 0)); /* prepared on the session lent next */
+    bd_start(&f->d, &o);
+    bd_wait_registered(f->g, 2);
+    f->c = bd_client(f->d.ipc_url, NULL, 0, 0);
+    bd_free(bd_wait_state(f->c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
+    bd_free(bd_check(f->c, 0));
+    f->holder = bd_connect(conninfo);
+}
 
-    PGconn *holder = bd_connect(conninfo);
-    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
-    waiting_check lost = {.url = d.ipc_url, .wait_ms = 0};
+/* Lock the backfill table, then start w's Check: it returns once the Check's read waits for the
+ * lock inside PostgreSQL. The caller COMMITs on f->holder. */
+static void one_thread_hold_check(one_thread *f, waiting_check *w, pthread_t *th)
+{
+    bt_exec(f->holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    w->url = f->d.ipc_url;
+    assert_int_equal(pthread_create(th, NULL, waiting_check_main, w), 0);
+    bt_wait_lock_waiters(f->g, 1);
+}
+
+static void one_thread_stop(one_thread *f)
+{
+    bfc_close(f->c);
+    bd_stop(&f->d);
+    PQfinish(f->holder);
+    PQfinish(f->g);
+    bd_db_drop_last();
+}
+
+static void test_readiness_holds_no_thread(void **state)
+{
+    (void)state;
+    one_thread f;
+    one_thread_start(&f, "dg_defer");
+
+    /* a Check's read in PostgreSQL, held by the test's lock: the one thread serves on */
+    waiting_check first = {.wait_ms = 0};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, waiting_check_main, &lost), 0);
-    bt_wait_lock_waiters(g, 1);
-    assert_int_equal(bt_int(g, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                               " WHERE datname = current_database() AND wait_event_type = 'Lock'"),
+    one_thread_hold_check(&f, &first, &th);
+    assert_true(who_am_i(f.d.ipc_url));
+    assert_false(atomic_load(&first.answered));
+    bt_exec(f.holder, "COMMIT");
+    pthread_join(th, NULL);
+    assert_false(first.resp->ready);
+    bd_free(first.resp);
+
+    /* a Check waiting for the gate to change: the one thread serves on */
+    waiting_check waiter = {.wait_ms = 30000};
+    one_thread_hold_check(&f, &waiter, &th); /* its first read */
+    bt_exec(f.holder, "COMMIT");
+    /* its first read has answered once its backend is idle again: it waits */
+    for (int i = 0;
+         bt_int(f.g, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                     " AND wait_event_type = 'Lock'") > 0;
+         i++) {
+        assert_true(i < 6000);
+        bd_sleep_ms(10);
+    }
+    assert_true(who_am_i(f.d.ipc_url));
+    assert_false(atomic_load(&waiter.answered));
+    /* a change answers it at once (the notification of the transition) */
+    bd_control_ok(f.c, "Pause", REQ);
+    pthread_join(th, NULL);
+    assert_int_equal(waiter.resp->n_gating, 1);
+    assert_int_equal(waiter.resp->gating[0]->state, BUZZ__BACKFILL__V1__STATE__PAUSED);
+    bd_free(waiter.resp);
+    one_thread_stop(&f);
+    passed++;
+}
+
+static void test_deferred_read_loses_its_backend(void **state)
+{
+    (void)state;
+    one_thread f;
+    one_thread_start(&f, "dg_lost");
+    waiting_check lost = {.wait_ms = 0};
+    pthread_t th;
+    one_thread_hold_check(&f, &lost, &th);
+    assert_int_equal(bt_int(f.g,
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                            " WHERE datname = current_database() AND wait_event_type = 'Lock'"),
                      1);
     pthread_join(th, NULL); /* answered while the lock is still held */
     assert_false(lost.resp->ready);
     assert_int_equal(bd_component(lost.resp, "database")->status, BD_CS(UNKNOWN_STATUS));
     bd_free(lost.resp);
-    bt_exec(holder, "COMMIT");
+    bt_exec(f.holder, "COMMIT");
 
     /* the session reconnects: the next Check and Get are answered from PostgreSQL */
-    bd_check_resp *r = bd_check(c, 0);
+    bd_check_resp *r = bd_check(f.c, 0);
     assert_int_equal(bd_component(r, "database")->status, BD_CS(READY));
     assert_int_equal(r->n_gating, 1);
     assert_string_equal(r->gating[0]->id, REQ);
     bd_free(r);
-    bd_get_resp *gr = bd_get(c, REQ);
+    bd_get_resp *gr = bd_get(f.c, REQ);
     assert_int_equal(gr->backfill->state, BUZZ__BACKFILL__V1__STATE__RUNNING);
     bd_free(gr);
-    assert_true(who_am_i(d.ipc_url));
-
-    bfc_close(c);
-    bd_stop(&d);
-    PQfinish(holder);
-    PQfinish(g);
-    bd_db_drop_last();
+    assert_true(who_am_i(f.d.ipc_url));
+    one_thread_stop(&f);
     passed++;
 }
 
