@@ -478,11 +478,10 @@ static void *slow_call_main(void *arg)
 
 /* Slow readiness waits on tcp beyond those that wait without a thread, twice as many as there
  * are threads: an ipc caller is answered at once all the same, from its own pool. */
-#define DEFERRED 16 /* SRV_TRANSPORT_DEFERRED (server/src/transport/transport.h) */
 static void test_ipc_served_while_tcp_is_busy(void **state)
 {
     (void)state;
-    enum { THREADS = 2, CALLS = DEFERRED + 4 * THREADS };
+    enum { THREADS = 2, CALLS = SRV_TRANSPORT_DEFERRED + 4 * THREADS };
     bd_options o = options(NULL);
     o.threads = THREADS;
     bd_start(&daemon_, &o); /* no schema: readiness is not ready, so a Check waits */
