@@ -20,6 +20,13 @@ static bf_validation_outcome outcome_parse(const char *s)
     return BF_VALIDATION_NONE;
 }
 
+/* A nullable timestamp column: *has, *at (microseconds since the epoch). */
+static void field_time(const PGresult *r, int row, int col, bool *has, int64_t *at)
+{
+    *has = !bf__isnull(r, row, col);
+    *at = bf__field_i64(r, row, col);
+}
+
 bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
 {
     memset(out, 0, sizeof *out);
@@ -40,19 +47,16 @@ bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     out->has_checkpoint = !bf__isnull(r, row, c);
     bf__copy(out->checkpoint, sizeof out->checkpoint, bf__field(r, row, c++));
     out->generation = bf__field_i64(r, row, c++);
+    bool owned = !bf__isnull(r, row, c);
     bf__copy(out->claim_owner, sizeof out->claim_owner, bf__field(r, row, c++));
-    out->claimed = bf__field_bool(r, row, c++);
-    out->has_claim_expires = !bf__isnull(r, row, c);
-    out->claim_expires_at = bf__field_i64(r, row, c++);
+    field_time(r, row, c++, &out->has_claim_expires, &out->claim_expires_at);
     out->attempts = (int)bf__field_i64(r, row, c++);
-    out->has_next_attempt = !bf__isnull(r, row, c);
-    out->next_attempt_at = bf__field_i64(r, row, c++);
+    field_time(r, row, c++, &out->has_next_attempt, &out->next_attempt_at);
     bf__copy(out->error_class, sizeof out->error_class, bf__field(r, row, c++));
     bf__copy(out->error_detail, sizeof out->error_detail, bf__field(r, row, c++));
     out->validation = outcome_parse(bf__field(r, row, c++));
     bf__copy(out->validation_detail, sizeof out->validation_detail, bf__field(r, row, c++));
-    out->has_validated_at = !bf__isnull(r, row, c);
-    out->validated_at = bf__field_i64(r, row, c++);
+    field_time(r, row, c++, &out->has_validated_at, &out->validated_at);
     bf__copy(out->validation_request, sizeof out->validation_request, bf__field(r, row, c++));
     out->rows_committed = bf__field_i64(r, row, c++);
     out->has_rows_covered = !bf__isnull(r, row, c);
@@ -62,37 +66,43 @@ bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
     out->source_estimate = bf__field_i64(r, row, c++);
     out->has_batch_size_current = !bf__isnull(r, row, c);
     out->batch_size_current = (int)bf__field_i64(r, row, c++);
-    bf__copy(out->throttle_signal, sizeof out->throttle_signal, bf__field(r, row, c++));
-    bf__copy(out->throttle_value, sizeof out->throttle_value, bf__field(r, row, c++));
-    out->has_throttled_since = !bf__isnull(r, row, c);
-    out->throttled_since = bf__field_i64(r, row, c++);
-    bf__copy(out->slow_value, sizeof out->slow_value, bf__field(r, row, c++));
-    out->has_slow_since = !bf__isnull(r, row, c);
-    out->slow_since = bf__field_i64(r, row, c++);
+    int throttle = c; /* read below, once the time is known */
+    c += 5;
     out->registered_at = bf__field_i64(r, row, c++);
     out->updated_at = bf__field_i64(r, row, c++);
-    out->has_started_at = !bf__isnull(r, row, c);
-    out->started_at = bf__field_i64(r, row, c++);
-    out->has_last_progress_at = !bf__isnull(r, row, c);
-    out->last_progress_at = bf__field_i64(r, row, c++);
-    out->has_completed_at = !bf__isnull(r, row, c);
-    out->completed_at = bf__field_i64(r, row, c++);
+    field_time(r, row, c++, &out->has_started_at, &out->started_at);
+    field_time(r, row, c++, &out->has_last_progress_at, &out->last_progress_at);
+    field_time(r, row, c++, &out->has_completed_at, &out->completed_at);
     bf_validation_progress *vp = &out->validation_progress;
-    vp->present = !bf__isnull(r, row, c);
+    vp->present = !bf__isnull(r, row, c); /* v.owner is NOT NULL: NULL only without a row */
     bf__copy(vp->owner, sizeof vp->owner, bf__field(r, row, c++));
     vp->lifecycle = bf__field_bool(r, row, c++);
-    vp->running = bf__field_bool(r, row, c++);
+    int64_t v_expires = bf__field_i64(r, row, c++);
     vp->started_at = bf__field_i64(r, row, c++);
     vp->updated_at = bf__field_i64(r, row, c++);
-    vp->has_finished_at = vp->finished = !bf__isnull(r, row, c);
-    vp->finished_at = bf__field_i64(r, row, c++);
+    field_time(r, row, c++, &vp->has_finished_at, &vp->finished_at);
+    vp->finished = vp->has_finished_at;
     vp->rows_checked = bf__field_i64(r, row, c++);
     vp->rows_needing_repair = bf__field_i64(r, row, c++);
     out->now = bf__field_i64(r, row, c++);
+    /* Decided against the row's clock: a claim is live, and its holder's throttle fields are
+     * shown, while it has not expired; a validation runs while unfinished and not expired. */
+    bool live = out->has_claim_expires && out->claim_expires_at > out->now;
+    out->claimed = owned && live;
+    vp->running = vp->present && !vp->finished && v_expires > out->now;
+    if (live) {
+        bf__copy(out->throttle_signal, sizeof out->throttle_signal, bf__field(r, row, throttle));
+        bf__copy(out->throttle_value, sizeof out->throttle_value, bf__field(r, row, throttle + 1));
+        field_time(r, row, throttle + 2, &out->has_throttled_since, &out->throttled_since);
+        bf__copy(out->slow_value, sizeof out->slow_value, bf__field(r, row, throttle + 3));
+        field_time(r, row, throttle + 4, &out->has_slow_since, &out->slow_since);
+    }
     bf_old_writers *ow = &out->old_writers;
-    ow->watching = bf__field_bool(r, row, c++);
+    bool watch_row = !bf__isnull(r, row, c++); /* the watchdog (watch.c) */
+    bool removed = !bf__isnull(r, row, c++);
+    ow->watching = watch_row && !removed;
     bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, c++));
-    return bf__field_bool(r, row, c++);
+    return watch_row;
 }
 
 /* The index of id in out[0..n), looked for from hint on (the counts come in the order of the
@@ -287,7 +297,7 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
         lim,
     };
     PGresult *r = NULL;
-    if ((err = bf__exec(e, &r, "list backfills", sql, 3, params)) != BF_OK)
+    if ((err = bf__exec_binary(e, &r, "list backfills", sql, 3, params)) != BF_OK)
         return err;
     int n = PQntuples(r);
     bool counted[BF_LIST_MAX];

@@ -502,12 +502,24 @@ static bf_err exec_sent(bf_engine *e, bool sent, PGresult **out, const char *wha
     return bf__recv(e, out, what, true, &done);
 }
 
+static bf_err exec_format(bf_engine *e, PGresult **out, const char *what, const char *sql,
+                          int nparams, const char *const *params, int format)
+{
+    e->sqlstate[0] = '\0';
+    bool sent = PQsendQueryParams(e->conn, sql, nparams, NULL, params, NULL, NULL, format) == 1;
+    return exec_sent(e, sent, out, what);
+}
+
 bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
                 const char *const *params)
 {
-    e->sqlstate[0] = '\0';
-    bool sent = PQsendQueryParams(e->conn, sql, nparams, NULL, params, NULL, NULL, 0) == 1;
-    return exec_sent(e, sent, out, what);
+    return exec_format(e, out, what, sql, nparams, params, 0);
+}
+
+bf_err bf__exec_binary(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
+                       const char *const *params)
+{
+    return exec_format(e, out, what, sql, nparams, params, 1);
 }
 
 bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
@@ -526,7 +538,8 @@ bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *s
             return err;
         e->stmt_prepared |= 1u << stmt;
     }
-    if (PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, 0) != 1)
+    int binary = stmt == BF_STMT_GET || stmt == BF_STMT_GET_FOR_UPDATE;
+    if (PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, binary) != 1)
         return bf__pg_error(e, NULL, what);
     return BF_OK;
 }
@@ -587,16 +600,51 @@ bool bf__isnull(const PGresult *r, int row, int col)
     return PQgetisnull(r, row, col) != 0;
 }
 
+/* Type OIDs (pg_type.h, fixed since PostgreSQL 7) of the binary columns bf__field_i64 reads. */
+#define OID_INT8        20
+#define OID_INT2        21
+#define OID_INT4        23
+#define OID_TIMESTAMPTZ 1184
+/* PostgreSQL's timestamps count microseconds from 2000-01-01 00:00 UTC. */
+#define PG_EPOCH_UNIX_US INT64_C(946684800000000)
+
+static uint64_t field_be(const unsigned char *p, int len)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < len; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
 int64_t bf__field_i64(const PGresult *r, int row, int col)
 {
     if (PQgetisnull(r, row, col))
         return 0;
-    return strtoll(PQgetvalue(r, row, col), NULL, 10);
+    const char *v = PQgetvalue(r, row, col);
+    if (PQfformat(r, col) == 0)
+        return strtoll(v, NULL, 10);
+    const unsigned char *p = (const unsigned char *)v;
+    int len = PQgetlength(r, row, col);
+    switch (PQftype(r, col)) {
+    case OID_INT2:
+        return len == 2 ? (int16_t)field_be(p, 2) : 0;
+    case OID_INT4:
+        return len == 4 ? (int32_t)field_be(p, 4) : 0;
+    case OID_INT8:
+        return len == 8 ? (int64_t)field_be(p, 8) : 0;
+    case OID_TIMESTAMPTZ:
+        return len == 8 ? (int64_t)field_be(p, 8) + PG_EPOCH_UNIX_US : 0;
+    default:
+        return 0;
+    }
 }
 
 bool bf__field_bool(const PGresult *r, int row, int col)
 {
-    return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+    if (PQgetisnull(r, row, col))
+        return false;
+    const char *v = PQgetvalue(r, row, col);
+    return PQfformat(r, col) == 0 ? v[0] == 't' : PQgetlength(r, row, col) == 1 && v[0] != 0;
 }
 
 static bf_err engine_drain_notifies(bf_engine *e, bool *got)

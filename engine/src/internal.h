@@ -168,6 +168,10 @@ bf_err bf__session_kept(bf_engine *e);
  * status is COMMAND_OK or TUPLES_OK; otherwise clears it and returns the classified error. */
 bf_err bf__exec(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
                 const char *const *params);
+/* bf__exec() with binary results (List's read of BF_BACKFILL_COLUMNS, planned for each call
+ * so that its paging bound is an index condition). */
+bf_err bf__exec_binary(bf_engine *e, PGresult **out, const char *what, const char *sql, int nparams,
+                       const char *const *params);
 /* bf__exec() for statements whose result is not needed. */
 bf_err bf__exec0(bf_engine *e, const char *what, const char *sql, int nparams,
                  const char *const *params);
@@ -184,7 +188,9 @@ typedef enum bf_stmt {
 } bf_stmt;
 
 /* bf__exec() through a per-connection prepared statement: parsed and planned once. It is
- * bf__send_stmt() then bf__recv() (block), which asynchronous reads call apart. */
+ * bf__send_stmt() then bf__recv() (block), which asynchronous reads call apart. The reads of
+ * BF_BACKFILL_COLUMNS (BF_STMT_GET, BF_STMT_GET_FOR_UPDATE) ask for binary results; the field
+ * helpers below read both forms. */
 bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
                      const char *const *params);
 /* The outcome of the statement in flight, as bf__exec() returns it. Without block, only what
@@ -205,7 +211,9 @@ void bf__rollback(bf_engine *e);
  * client stopped inside a transaction loses its locks before its claim can be taken over. */
 int bf__idle_tx_timeout_ms(const bf_engine *e);
 
-/* Result field helpers: NULL fields read as "" / 0 / false. */
+/* Result field helpers: NULL fields read as "" / 0 / false. Text and binary results alike:
+ * in a binary result, bf__field_i64 reads bigint, integer, smallint and timestamptz (as
+ * microseconds since the Unix epoch), and bf__field gives text columns as they are. */
 const char *bf__field(const PGresult *r, int row, int col);
 bool bf__isnull(const PGresult *r, int row, int col);
 int64_t bf__field_i64(const PGresult *r, int row, int col);
@@ -308,62 +316,27 @@ const char *bf__error_class_name(bf_err err);
 /* ---- read model (backfill.c) ----------------------------------------------------------- */
 
 /* The column list bf__row_from_result() expects, for "SELECT " BF_BACKFILL_COLUMNS " FROM "
- * BF_BACKFILL_FROM. Timestamps travel as microseconds since the epoch; NULL stays NULL
- * (unknown). A literal, so that every statement using it is one too. */
+ * BF_BACKFILL_FROM, read with binary results (bf__send_stmt does so for the statements
+ * bf__stmt_binary names): timestamps arrive as PostgreSQL's microseconds and become
+ * microseconds since the Unix epoch in bf__field_i64, NULL stays NULL (unknown). The columns
+ * are the stored ones, computed nothing: what depends on the time (a claim still live, the
+ * throttle fields a live claim holder reports, a validation still running) is decided in C
+ * against the row's clock_timestamp(). Every expression in a target list is built afresh at
+ * each execution, even of a prepared statement, and the 14 epoch conversions and 7 clock
+ * comparisons this replaced cost a Get about 30 us at eight clients (docs/benchmarks.md).
+ * A literal, so that every statement using it is one too. */
 #define BF_BACKFILL_COLUMNS                                                                        \
-    "b.id,"                                                                                        \
-    " b.state,"                                                                                    \
-    " b.required,"                                                                                 \
-    " b.description,"                                                                              \
-    " b.owner_meta,"                                                                               \
-    " b.revision,"                                                                                 \
-    " b.key_types,"                                                                                \
-    " b.batch_size,"                                                                               \
-    " array_to_string(b.bound, ', '),"                                                             \
-    " b.bound_empty,"                                                                              \
-    " array_to_string(b.checkpoint, ', '),"                                                        \
-    " b.generation,"                                                                               \
-    " b.claim_owner,"                                                                              \
-    " (b.claim_owner IS NOT NULL AND b.claim_expires_at > clock_timestamp()),"                     \
-    " (extract(epoch FROM b.claim_expires_at) * 1000000)::bigint,"                                 \
-    " b.attempts,"                                                                                 \
-    " (extract(epoch FROM b.next_attempt_at) * 1000000)::bigint,"                                  \
-    " b.error_class,"                                                                              \
-    " b.error_detail,"                                                                             \
-    " b.validation_outcome,"                                                                       \
-    " b.validation_detail,"                                                                        \
-    " (extract(epoch FROM b.validated_at) * 1000000)::bigint,"                                     \
-    " b.validation_request,"                                                                       \
-    " b.rows_committed,"                                                                           \
-    " b.rows_covered,"                                                                             \
-    " b.batches_committed,"                                                                        \
-    " b.source_estimate,"                                                                          \
-    " b.batch_size_current," /* throttle fields are what a live claim holder observes: nothing     \
-                                once it is gone */                                                 \
-    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.throttle_signal END,"                \
-    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.throttle_value END,"                 \
-    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN"                                       \
-    "  (extract(epoch FROM b.throttled_since) * 1000000)::bigint END,"                             \
-    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN b.slow_value END,"                     \
-    " CASE WHEN b.claim_expires_at > clock_timestamp() THEN"                                       \
-    "  (extract(epoch FROM b.slow_since) * 1000000)::bigint END,"                                  \
-    " (extract(epoch FROM b.registered_at) * 1000000)::bigint,"                                    \
-    " (extract(epoch FROM b.updated_at) * 1000000)::bigint,"                                       \
-    " (extract(epoch FROM b.started_at) * 1000000)::bigint,"                                       \
-    " (extract(epoch FROM b.last_progress_at) * 1000000)::bigint,"                                 \
-    " (extract(epoch FROM b.completed_at) * 1000000)::bigint,"                                     \
-    " v.owner," /* validation progress: running while unfinished and not expired */                \
-    " v.lifecycle,"                                                                                \
-    " (v.finished_at IS NULL AND v.expires_at > clock_timestamp()),"                               \
-    " (extract(epoch FROM v.started_at) * 1000000)::bigint,"                                       \
-    " (extract(epoch FROM v.updated_at) * 1000000)::bigint,"                                       \
-    " (extract(epoch FROM v.finished_at) * 1000000)::bigint,"                                      \
-    " v.rows_checked,"                                                                             \
-    " v.rows_needing_repair,"                                                                      \
-    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,"                                  \
-    " (w.backfill_id IS NOT NULL AND w.removed_at IS NULL)," /* the watchdog (watch.c) */          \
-    " w.mode,"                                                                                     \
-    " w.backfill_id IS NOT NULL"
+    "b.id, b.state, b.required, b.description, b.owner_meta, b.revision, b.key_types,"             \
+    " b.batch_size, array_to_string(b.bound, ', '), b.bound_empty,"                                \
+    " array_to_string(b.checkpoint, ', '), b.generation, b.claim_owner, b.claim_expires_at,"       \
+    " b.attempts, b.next_attempt_at, b.error_class, b.error_detail, b.validation_outcome,"         \
+    " b.validation_detail, b.validated_at, b.validation_request, b.rows_committed,"                \
+    " b.rows_covered, b.batches_committed, b.source_estimate, b.batch_size_current,"               \
+    " b.throttle_signal, b.throttle_value, b.throttled_since, b.slow_value, b.slow_since,"         \
+    " b.registered_at, b.updated_at, b.started_at, b.last_progress_at, b.completed_at,"            \
+    " v.owner, v.lifecycle, v.expires_at, v.started_at, v.updated_at, v.finished_at,"              \
+    " v.rows_checked, v.rows_needing_repair, clock_timestamp(), w.backfill_id, w.removed_at,"      \
+    " w.mode"
 /* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
  * watch row (w). A locking read names b ("FOR UPDATE OF b"): v is the nullable side of the
  * join. The old-writer counts exist only under a watch row (watch.c records it with the

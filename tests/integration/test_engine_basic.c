@@ -17,6 +17,10 @@
  * the claim of the next eligible row never finds that ID and the readiness gate reports an
  * entry without an ID that never clears.
  *
+ * Guard proved: engine.c bf__field_i64's decoding of binary results (test_run_to_completion,
+ * assert_read_exact): a row read by bf_get and by bf_list carries PostgreSQL's timestamps to
+ * the microsecond (their 2000-01-01 epoch moved to the Unix one) and its integer batch size.
+ *
  * Guard proved: engine.c exec_take's return while PostgreSQL has not answered (test_async_reads):
  * a read's end does not wait. With the return removed, bf_readiness_end waits for a table the
  * test holds locked until the engine's statement timeout cancels it, and reports it done.
@@ -144,6 +148,43 @@ static bool notified(PGconn *c, const char *id)
     return seen;
 }
 
+/* PostgreSQL's own figure of a row's column, in microseconds since the epoch. */
+static long long pg_time(PGconn *c, const char *id, const char *column)
+{
+    return bt_int(c,
+                  "SELECT (extract(epoch FROM %s) * 1000000)::bigint FROM buzz_backfill.backfill"
+                  " WHERE id = '%s'",
+                  column, id);
+}
+
+/* A row read by bf_get (a prepared statement) and by bf_list (planned per call), both with
+ * binary results, carries PostgreSQL's times to the microsecond and its integers whole. */
+static void assert_read_exact(PGconn *c, bf_engine *e, const char *id, int batch_size)
+{
+    bf_backfill listed[8];
+    int n = 0;
+    assert_int_equal(bf_list(e, 0, NULL, listed, 8, &n), BF_OK);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const bf_backfill *row = strcmp(listed[i].id, id) == 0 ? &listed[i] : NULL;
+        if (row == NULL)
+            continue;
+        bf_backfill got = bt_get(e, id);
+        const bf_backfill *both[] = {row, &got};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(both[k]->registered_at, pg_time(c, id, "registered_at"));
+            assert_int_equal(both[k]->updated_at, pg_time(c, id, "updated_at"));
+            assert_int_equal(both[k]->started_at, pg_time(c, id, "started_at"));
+            assert_int_equal(both[k]->last_progress_at, pg_time(c, id, "last_progress_at"));
+            assert_int_equal(both[k]->completed_at, pg_time(c, id, "completed_at"));
+            assert_int_equal(both[k]->batch_size, batch_size);
+            assert_true(both[k]->now >= both[k]->completed_at);
+        }
+        found++;
+    }
+    assert_int_equal(found, 1);
+}
+
 static void test_run_to_completion(void **state)
 {
     bf_registry *reg = bt_registry(defs, 2);
@@ -191,6 +232,7 @@ static void test_run_to_completion(void **state)
     assert_int_equal(row.batches_committed, 10);
     assert_string_equal(row.checkpoint, "1000");
     assert_int_equal(bt_int(c, "SELECT count(*) FROM items WHERE fixed = val * 2"), 1000);
+    assert_read_exact(c, e, "items.fix_v1", 100);
 
     row = bt_get(e, "events.kind_norm_v1");
     assert_int_equal(row.state, BF_STATE_COMPLETED);

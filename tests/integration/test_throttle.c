@@ -13,6 +13,9 @@
  *   next step runs batches and the row's throttle fields are cleared (worker_observe).
  * - test_long_throttle_keeps_its_claim: step_throttled's renewal: a throttle over three leases
  *   in short waits keeps the claim (same generation, no attempt counted).
+ * - test_expired_claim_shows_no_throttle: bf__row_from_result's live claim: once the claim
+ *   expires (PostgreSQL's clock) the row reads unclaimed, with its last owner, and without the
+ *   throttle fields the holder wrote while it was live.
  * - test_waiters_on_the_table: the lock_waiters signal's count of sessions waiting on the
  *   target table: a session blocked on a row another session locked makes the step wait.
  * - test_batch_that_blocks_shrinks: the count of sessions a batch blocks, taken inside the
@@ -58,7 +61,7 @@
 #define BATCH   100
 #define BARRIER 1101
 
-static bf_definition defs[8];
+static bf_definition defs[9];
 static bf_registry *registry;
 static bf_throttle *throttle;
 
@@ -132,9 +135,9 @@ static int setup(void **state)
     bt_db_create("throttle");
     PGconn *c = bt_connect();
     bt_install_barrier(c);
-    const char *tables[] = {"thr_custom", "thr_table", "thr_block",   "thr_size",
-                            "thr_rate",   "thr_lag",   "thr_cbblock", "thr_xact"};
-    for (int i = 0; i < 8; i++)
+    const char *tables[] = {"thr_custom", "thr_table",   "thr_block", "thr_size",  "thr_rate",
+                            "thr_lag",    "thr_cbblock", "thr_xact",  "thr_expiry"};
+    for (int i = 0; i < 9; i++)
         bt_make_items(c, tables[i], i == 3 ? 2000 : ROWS); /* thr_size: room for many steps */
     bt_exec(c, "CREATE TABLE public.thr_flag (on_ boolean NOT NULL);"
                "INSERT INTO public.thr_flag VALUES (false);"
@@ -164,7 +167,8 @@ static int setup(void **state)
     defs[6].needs_repair = "true";
     defs[6].mutate = cbblock_mutate;
     defs[7] = items_def("thr.xact_v1", "thr_xact", COUNT, BATCH);
-    start_all(8);
+    defs[8] = items_def("thr.expiry_v1", "thr_expiry", COUNT, BATCH);
+    start_all(9);
     return 0;
 }
 
@@ -314,6 +318,48 @@ static void test_long_throttle_keeps_its_claim(void **state)
     cfg.custom_sql = NULL;
     configure("thr.rate_v1", &cfg, 0);
     bf_worker_free(w);
+    bf_engine_close(e);
+    PQfinish(c);
+}
+
+/* Guard: backfill.c bf__row_from_result's "live": a claim counts as held, and its holder's
+ * throttle fields are shown, only until it expires by PostgreSQL's clock. The owner stays on
+ * the row (who held it last), and nothing of what it observed is shown as current. */
+static void test_expired_claim_shows_no_throttle(void **state)
+{
+    (void)state;
+    bf_throttle_config cfg = {.custom_sql = "SELECT true", .wait_ms = 1, .check_ms = 1};
+    configure("thr.expiry_v1", &cfg, 0);
+    bf_engine *e = bt_engine(registry, "thr-expiry", 2000);
+    bf_worker *w = bt_claimed_worker(e, "thr.expiry_v1");
+    bf_step_info info;
+    assert_int_equal(bf_worker_step(w, &info), BF_OK);
+    assert_int_equal(info.step, BF_STEP_THROTTLED);
+    bf_engine *reader = bt_engine(registry, "reader", 0);
+    bf_backfill row = bt_get(reader, "thr.expiry_v1"); /* the step renewed the 2 s lease */
+    assert_true(row.claimed);
+    assert_string_equal(row.throttle_signal, "custom");
+    assert_true(row.has_throttled_since);
+    /* nobody steps any more: the claim runs out (PostgreSQL's clock, polled, bounded) */
+    PGconn *c = bt_connect();
+    for (int i = 0; bt_int(c, "SELECT count(*) FROM buzz_backfill.backfill WHERE id ="
+                              " 'thr.expiry_v1' AND claim_expires_at < clock_timestamp()") == 0;
+         i++) {
+        if (i > 20000)
+            fail_msg("the claim of thr.expiry_v1 did not expire");
+        usleep(1000);
+    }
+    row = bt_get(reader, "thr.expiry_v1");
+    assert_false(row.claimed);
+    assert_true(row.has_claim_expires);
+    assert_string_not_equal(row.claim_owner, "");
+    assert_string_equal(row.throttle_signal, "");
+    assert_string_equal(row.throttle_value, "");
+    assert_false(row.has_throttled_since);
+    cfg.custom_sql = NULL;
+    configure("thr.expiry_v1", &cfg, 0);
+    bf_worker_free(w);
+    bf_engine_close(reader);
     bf_engine_close(e);
     PQfinish(c);
 }
@@ -715,6 +761,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_custom_query_trips_and_releases),
         cmocka_unit_test(test_long_throttle_keeps_its_claim),
+        cmocka_unit_test(test_expired_claim_shows_no_throttle),
         cmocka_unit_test(test_waiters_on_the_table),
         cmocka_unit_test(test_batch_that_blocks_shrinks),
         cmocka_unit_test(test_callback_batch_that_blocks_shrinks),

@@ -17,7 +17,7 @@
  *     rows_checked 0;
  *   - validate.c bf__validation_run's final progress_update(..., true): without it "held"
  *     finds the entry unfinished after the run;
- *   - internal.h BF_BACKFILL_COLUMNS's "v.expires_at > clock_timestamp()": without it "crashed"
+ *   - backfill.c bf__row_from_result's "v_expires > out->now": without it "crashed"
  *     reads the dead validator as running until its deadline fails the test.
  */
 #include <setjmp.h>
