@@ -97,12 +97,7 @@ bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out)
         bf__copy(out->slow_value, sizeof out->slow_value, bf__field(r, row, throttle + 3));
         field_time(r, row, throttle + 4, &out->has_slow_since, &out->slow_since);
     }
-    bf_old_writers *ow = &out->old_writers;
-    bool watch_row = !bf__isnull(r, row, c++); /* the watchdog (watch.c) */
-    bool removed = !bf__isnull(r, row, c++);
-    ow->watching = watch_row && !removed;
-    bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, c++));
-    return watch_row;
+    return bf__field_bool(r, row, c++); /* b.watched: the watch is read apart (watch.c) */
 }
 
 /* The index of id in out[0..n), looked for from hint on (the counts come in the order of the
@@ -117,42 +112,42 @@ static int backfill_find(const bf_backfill *out, int n, const char *id, int hint
     return -1;
 }
 
-/* Send the read of the old-writer counts of the rows that have a watch (counted); *sent false
- * when none has one (every read by default): then nothing is in flight. */
-static bf_err old_writers_send(bf_engine *e, const bf_backfill *out, const bool *counted, int n,
-                               bool *sent)
+/* Send the read of the watch of the rows that have one (watched); *sent false when none has
+ * one (every read by default): then nothing is in flight. */
+static bf_err watch_send(bf_engine *e, const bf_backfill *out, const bool *watched, int n,
+                         bool *sent)
 {
     *sent = false;
     int wanted = 0;
     for (int i = 0; i < n; i++)
-        wanted += counted[i];
+        wanted += watched[i];
     if (wanted == 0)
-        return BF_OK; /* no watch row: no counts (every read by default) */
+        return BF_OK; /* no watch row: nothing to read (every read by default) */
     bf_strbuf ids;
     bf__strbuf_init(&ids);
     bf__strbuf_add(&ids, "{");
     for (int i = 0; i < n; i++)
-        if (counted[i]) /* IDs are [a-z0-9._-] (bf_id_valid) */
+        if (watched[i]) /* IDs are [a-z0-9._-] (bf_id_valid) */
             bf__strbuf_add_element(&ids, out[i].id);
     bf__strbuf_add(&ids, "}");
     if (ids.failed) {
         bf__strbuf_fini(&ids);
         return bf__diag(e, BF_ERR_NOMEM, "out of memory");
     }
-    static const char sql[] = BF_OLD_WRITERS_SQL " ORDER BY ow.backfill_id";
+    static const char sql[] = BF_WATCH_SQL " ORDER BY w.backfill_id";
     const char *params[] = {ids.data};
-    bf_err err = bf__send_stmt(e, "read old-writer counts", BF_STMT_OLD_WRITERS, sql, 1, params);
+    bf_err err = bf__send_stmt(e, "read old-writer watch", BF_STMT_WATCH, sql, 1, params);
     bf__strbuf_fini(&ids);
     *sent = err == BF_OK;
     return err;
 }
 
-/* The counts old_writers_send asked for, into the rows they belong to (block: wait for them;
- * else *done false while they are still to come). */
-static bf_err old_writers_recv(bf_engine *e, bf_backfill *out, int n, bool block, bool *done)
+/* The watches watch_send asked for, into the rows they belong to (block: wait for them; else
+ * *done false while they are still to come). */
+static bf_err watch_recv(bf_engine *e, bf_backfill *out, int n, bool block, bool *done)
 {
     PGresult *r = NULL;
-    bf_err err = bf__recv(e, &r, "read old-writer counts", block, done);
+    bf_err err = bf__recv(e, &r, "read old-writer watch", block, done);
     if (err != BF_OK || !*done)
         return err;
     int hint = 0;
@@ -160,18 +155,21 @@ static bf_err old_writers_recv(bf_engine *e, bf_backfill *out, int n, bool block
         int i = backfill_find(out, n, bf__field(r, row, 0), hint);
         if (i < 0)
             continue;
-        bf__old_writer_counts_from_result(r, row, 1, &out[i].old_writers);
+        bf_old_writers *ow = &out[i].old_writers;
+        bf__old_writer_counts_from_result(r, row, 3, ow);
+        ow->watching = bf__field_bool(r, row, 1);
+        bf__copy(ow->mode, sizeof ow->mode, bf__field(r, row, 2));
         hint = i + 1;
     }
     PQclear(r);
     return BF_OK;
 }
 
-bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n)
+bf_err bf__watch_read(bf_engine *e, bf_backfill *out, const bool *watched, int n)
 {
     bool sent, done;
-    bf_err err = old_writers_send(e, out, counted, n, &sent);
-    return err != BF_OK || !sent ? err : old_writers_recv(e, out, n, true, &done);
+    bf_err err = watch_send(e, out, watched, n, &sent);
+    return err != BF_OK || !sent ? err : watch_recv(e, out, n, true, &done);
 }
 
 static const char get_sql[] =
@@ -195,11 +193,11 @@ static bf_err get_row(bf_engine *e, const char *id, bool for_update, bf_backfill
         PQclear(r);
         return bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
     }
-    bool counted = bf__row_from_result(r, 0, out);
+    bool watched = bf__row_from_result(r, 0, out);
     if (digest != NULL)
         bf__copy(digest, BF_DIGEST_HEX, for_update ? bf__field(r, 0, PQnfields(r) - 1) : "");
     PQclear(r);
-    return bf__old_writer_counts(e, out, &counted, 1);
+    return bf__watch_read(e, out, &watched, 1);
 }
 
 bf_err bf__get_row(bf_engine *e, const char *id, bool for_update, bf_backfill *out)
@@ -244,8 +242,8 @@ static bf_err get_finish(bf_engine *e, bf_backfill *out, bool block, bool *done)
             err = bf__diag(e, BF_ERR_NOT_FOUND, "backfill not found");
         bool sent = false;
         if (err == BF_OK) {
-            bool counted = bf__row_from_result(r, 0, out);
-            err = old_writers_send(e, out, &counted, 1, &sent);
+            bool watched = bf__row_from_result(r, 0, out);
+            err = watch_send(e, out, &watched, 1, &sent);
         }
         PQclear(r);
         if (err != BF_OK || !sent) {
@@ -255,7 +253,7 @@ static bf_err get_finish(bf_engine *e, bf_backfill *out, bool block, bool *done)
         }
         e->async_step = 1;
     }
-    err = old_writers_recv(e, out, 1, block, done); /* an error ends it: *done */
+    err = watch_recv(e, out, 1, block, done); /* an error ends it: *done */
     if (*done)
         e->async_op = BF_ASYNC_NONE;
     return err;
@@ -300,11 +298,11 @@ bf_err bf_list(bf_engine *e, bf_state state_filter, const char *after_id, bf_bac
     if ((err = bf__exec_binary(e, &r, "list backfills", sql, 3, params)) != BF_OK)
         return err;
     int n = PQntuples(r);
-    bool counted[BF_LIST_MAX];
+    bool watched[BF_LIST_MAX];
     for (int i = 0; i < n; i++)
-        counted[i] = bf__row_from_result(r, i, &out[i]);
+        watched[i] = bf__row_from_result(r, i, &out[i]);
     PQclear(r);
-    if ((err = bf__old_writer_counts(e, out, counted, n)) != BF_OK)
+    if ((err = bf__watch_read(e, out, watched, n)) != BF_OK)
         return err;
     *count_out = n;
     return BF_OK;

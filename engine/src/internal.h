@@ -183,7 +183,7 @@ typedef enum bf_stmt {
     BF_STMT_MIGRATIONS = 3,
     BF_STMT_READINESS = 4,
     BF_STMT_STATS = 5,
-    BF_STMT_OLD_WRITERS = 6,
+    BF_STMT_WATCH = 6,
     BF_STMT_COUNT
 } bf_stmt;
 
@@ -335,46 +335,50 @@ const char *bf__error_class_name(bf_err err);
     " b.throttle_signal, b.throttle_value, b.throttled_since, b.slow_value, b.slow_since,"         \
     " b.registered_at, b.updated_at, b.started_at, b.last_progress_at, b.completed_at,"            \
     " v.owner, v.lifecycle, v.expires_at, v.started_at, v.updated_at, v.finished_at,"              \
-    " v.rows_checked, v.rows_needing_repair, clock_timestamp(), w.backfill_id, w.removed_at,"      \
-    " w.mode"
-/* The relations BF_BACKFILL_COLUMNS reads: the row (b), its validation progress (v) and its
- * watch row (w). A locking read names b ("FOR UPDATE OF b"): v is the nullable side of the
- * join. The old-writer counts exist only under a watch row (watch.c records it with the
- * trigger, never deletes it) and are read by BF_OLD_WRITERS_SQL, for the rows that have one:
- * joined in as two lateral aggregates gated on w they cost every read about 40 us, watched or
- * not (issue 26), and watching is opt-in. */
+    " v.rows_checked, v.rows_needing_repair, clock_timestamp(), b.watched"
+/* The relations BF_BACKFILL_COLUMNS reads: the row (b) and its validation progress (v). A
+ * locking read names b ("FOR UPDATE OF b"): v is the nullable side of the join. The old-writer
+ * watch (its watch row and the counts under it) is read by BF_WATCH_SQL, only for the rows
+ * whose b.watched says they have a watch row (schema version 11, set by the statement that
+ * records one, never cleared). Every relation a statement names is locked and opened at each
+ * execution even when no row of it is read: joined in, the watch cost every read about 10 us
+ * at eight clients, and lateral aggregates of the counts about 40 us (issue 26), watched or
+ * not, while watching is opt-in. */
 #define BF_BACKFILL_FROM                                                                           \
     "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
-    " ON v.backfill_id = b.id"                                                                     \
-    " LEFT JOIN buzz_backfill.watch w ON w.backfill_id = b.id"
-/* The old-writer counts of the backfills in $1 (a text[] of IDs) that have any: the backfill
- * ID, then the columns bf__old_writer_counts_from_result() reads: the totals (rows, healed,
- * writers, first and last seen) and the writer with the most rows (application, address,
- * role, rows, first and last seen). */
-#define BF_OLD_WRITERS_SQL                                                                         \
-    "SELECT ow.backfill_id, ow.rows, ow.healed, ow.writers,"                                       \
+    " ON v.backfill_id = b.id"
+/* The watch of the backfills in $1 (a text[] of IDs) that have a watch row: the backfill ID,
+ * whether its trigger is installed (not removed), its mode, then the old-writer columns
+ * bf__old_writer_counts_from_result() reads, NULL when nothing was counted: the totals (rows,
+ * healed, writers, first and last seen) and the writer with the most rows (application,
+ * address, role, rows, first and last seen). */
+#define BF_WATCH_SQL                                                                               \
+    "SELECT w.backfill_id, w.removed_at IS NULL, w.mode, ow.rows, ow.healed, ow.writers,"          \
     " (extract(epoch FROM ow.first_seen) * 1000000)::bigint,"                                      \
     " (extract(epoch FROM ow.last_seen) * 1000000)::bigint,"                                       \
     " ot.application_name, ot.client_addr, ot.role_name, ot.rows,"                                 \
     " (extract(epoch FROM ot.first_seen) * 1000000)::bigint,"                                      \
     " (extract(epoch FROM ot.last_seen) * 1000000)::bigint"                                        \
-    " FROM (SELECT o.backfill_id, sum(o.rows)::bigint AS rows, sum(o.healed)::bigint AS healed,"   \
+    " FROM buzz_backfill.watch w"                                                                  \
+    " LEFT JOIN (SELECT o.backfill_id, sum(o.rows)::bigint AS rows,"                               \
+    "  sum(o.healed)::bigint AS healed,"                                                           \
     "  count(DISTINCT (o.application_name, o.client_addr, o.role_name)) AS writers,"               \
     "  min(o.first_seen) AS first_seen, max(o.last_seen) AS last_seen"                             \
     "  FROM buzz_backfill.old_writer o WHERE o.backfill_id = ANY ($1::text[])"                     \
-    "  GROUP BY o.backfill_id) ow"                                                                 \
+    "  GROUP BY o.backfill_id) ow ON ow.backfill_id = w.backfill_id"                               \
     " LEFT JOIN LATERAL (SELECT o.application_name, o.client_addr, o.role_name,"                   \
     "  sum(o.rows)::bigint AS rows, min(o.first_seen) AS first_seen,"                              \
     "  max(o.last_seen) AS last_seen FROM buzz_backfill.old_writer o"                              \
-    "  WHERE o.backfill_id = ow.backfill_id"                                                       \
-    "  GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"
+    "  WHERE o.backfill_id = w.backfill_id"                                                        \
+    "  GROUP BY 1, 2, 3 ORDER BY 4 DESC, 5 LIMIT 1) ot ON true"                                    \
+    " WHERE w.backfill_id = ANY ($1::text[])"
 /* Decode one row of a result whose columns are BF_BACKFILL_COLUMNS; true when the backfill
- * has a watch row, so old-writer counts to read (bf__old_writer_counts()). */
+ * has a watch row (b.watched), so a watch to read (bf__watch_read()). */
 bool bf__row_from_result(const PGresult *r, int row, bf_backfill *out);
-/* Read the old-writer counts of the rows of out[0..n) whose counted[i] is set (one statement,
- * none when no row is counted). */
-bf_err bf__old_writer_counts(bf_engine *e, bf_backfill *out, const bool *counted, int n);
-/* watch_report.c: decode the count columns of BF_OLD_WRITERS_SQL, the first at col (the
+/* Read the watch and old-writer counts of the rows of out[0..n) whose watched[i] is set (one
+ * statement, none when no row is watched). */
+bf_err bf__watch_read(bf_engine *e, bf_backfill *out, const bool *watched, int n);
+/* watch_report.c: decode the count columns of BF_WATCH_SQL, the first at col (the
  * totals, then the top writer), into out; watching and mode are left as they are. */
 void bf__old_writer_counts_from_result(const PGresult *r, int row, int col, bf_old_writers *out);
 /* Decode gate rows (id at column col, state at col + 1) from row first on; returns how many

@@ -315,6 +315,16 @@ static const char m10_old_writers[] =
     "  RETURN NULL;"
     " END $bf$;";
 
+/* Version 11: whether a backfill has a watch row (watch.c), on the row itself, so that the
+ * read model reads the watch only for the rows that have one (backfill.c, BF_WATCH_SQL): a
+ * relation a statement names is locked and opened at every execution, read or not (issue 26).
+ * Set by the statement that records the watch, in Start's transaction, which holds the row
+ * already; never cleared, like the watch row it stands for. */
+static const char m11_watched[] =
+    "ALTER TABLE buzz_backfill.backfill ADD COLUMN watched boolean NOT NULL DEFAULT false;"
+    "UPDATE buzz_backfill.backfill b SET watched = true"
+    "  WHERE EXISTS (SELECT 1 FROM buzz_backfill.watch w WHERE w.backfill_id = b.id);";
+
 static const migration migrations[] = {
     {1, "core: backfill, audit, guards", m1_core},
     {2, "idempotent requests", m2_requests},
@@ -326,6 +336,7 @@ static const migration migrations[] = {
     {8, "definition digest", m8_digest},
     {9, "validation progress", m9_validation_progress},
     {10, "old writers", m10_old_writers},
+    {11, "watched flag", m11_watched},
 };
 
 _Static_assert(BF_ARRAY_LEN(migrations) == BF_SCHEMA_VERSION, "BF_SCHEMA_VERSION is stale");

@@ -302,7 +302,11 @@ bf_err bf__watch_install_key(bf_engine *e, const bf_definition *d, bf_watch_mode
     const char *params[] = {key, table, trigger, fns, bf_watch_mode_name(mode)};
     err = table == NULL ? bf__diag(e, BF_ERR_NOMEM, "out of memory")
                         : bf__exec0(e, "record watch",
-                                    "INSERT INTO buzz_backfill.watch (backfill_id, table_name,"
+                                    /* the row's flag, for the read model (schema 11); the
+                                     * probe's key names no row */
+                                    "WITH flag AS (UPDATE buzz_backfill.backfill SET"
+                                    " watched = true WHERE id = $1 AND NOT watched)"
+                                    " INSERT INTO buzz_backfill.watch (backfill_id, table_name,"
                                     " trigger_name, functions, mode, installed_at)"
                                     " VALUES ($1, $2, $3, $4::text[], $5, clock_timestamp())"
                                     " ON CONFLICT (backfill_id) DO UPDATE SET"

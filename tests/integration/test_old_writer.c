@@ -41,7 +41,12 @@
  *   - watch.c watch_predicate's fallback to a function of the row: without it "bare_columns"
  *     cannot start (BF_ERR_DEFINITION);
  *   - watch_report.c bf_watch_probe_finish's bf__watch_drop: without it "probe" finds the
- *     probe's trigger left on the table.
+ *     probe's trigger left on the table;
+ *   - watch.c's "record watch" setting the row's watched flag, which tells the read model to
+ *     read the watch (backfill.c watch_send): without it "two_writers" and "validation" read
+ *     the backfill as not watched;
+ *   - migrate.c version 11's UPDATE of the rows that already have a watch row: without it
+ *     "two_writers", which drops the column and migrates again, reads its watch as gone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +243,13 @@ static void test_two_writers(void **state)
     bt_exec(old, "UPDATE public.ow_watched SET val = " MARKER ", fixed = NULL"
                  " WHERE id BETWEEN 250 AND 253");
 
+    /* a database from before schema version 11 (this watch recorded without the row's flag):
+     * the migration sets the flag of every row that has a watch row */
+    bt_exec(conn, "ALTER TABLE buzz_backfill.backfill DROP COLUMN watched;"
+                  "DELETE FROM buzz_backfill.schema_migration WHERE version = 11");
+    assert_int_equal(bf_migrate(e), BF_OK);
+    assert_int_equal(bt_int(conn, "SELECT count(*) FROM buzz_backfill.backfill WHERE watched"), 1);
+
     bf_backfill row = bt_get(e, watched.id);
     const bf_old_writers *ow = &row.old_writers;
     assert_true(ow->watching);
@@ -401,7 +413,7 @@ static void test_heal(void **state)
     bf_engine_close(e);
 }
 
-/* List reads the old-writer counts of its page in one statement (bf__old_writer_counts()):
+/* List reads the watches of its page in one statement (bf__watch_read()):
  * every row must carry its own counts, the ones Get reads; returns how many rows have any. */
 static int expect_list_counts_match_get(bf_engine *e)
 {

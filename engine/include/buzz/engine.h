@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define BF_SCHEMA_VERSION 10  /* newest engine migration this binary knows */
+#define BF_SCHEMA_VERSION 11  /* newest engine migration this binary knows */
 #define BF_KEY_TEXT_MAX   512 /* bytes of a bound or checkpoint as text[], terminator included */
 #define BF_OWNER_MAX      128 /* bytes of a claim owner, terminator included */
 #define BF_ACTOR_MAX      128 /* bytes of an actor or authority, terminator included */
