@@ -542,12 +542,14 @@ static long long cpu_ticks(long pid)
 }
 
 /* CPU ticks of the daemon, and of its PostgreSQL sessions (application_name buzz-backfill) when
- * the server runs on this host. */
+ * the server runs on this host. rpc.sh gives a base daemon a database of its own, named like
+ * this one with "_base" after it: its sessions are looked for there. */
 static void server_ticks(PGconn *mon, long pid, long long *daemon, long long *backends)
 {
     *daemon = cpu_ticks(pid);
     *backends = 0;
-    PGresult *r = PQexec(mon, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+    PGresult *r = PQexec(mon, "SELECT pid FROM pg_stat_activity WHERE datname IN"
+                              " (current_database(), current_database() || '_base')"
                               " AND application_name LIKE 'buzz-backfill%'");
     for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
         long long t = cpu_ticks(strtol(PQgetvalue(r, i, 0), NULL, 10));

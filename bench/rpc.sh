@@ -10,7 +10,9 @@
 # Environment: BUZZ_BENCH_BUILD (build tree, default <repo>/build-bench),
 #              BUZZ_BENCH_PG_URL (use this server instead of scripts/pg.sh's cluster),
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
-#              next to the first on the same database, and compared with it in every round),
+#              next to the first on a database of its own with the same rows, migrated by itself,
+#              so that a base of an older schema version reads the schema it knows; compared
+#              with the first in every round),
 #              BUZZ_BENCH_THREADS (the daemons' transport threads, default 8),
 #              BUZZ_BENCH_BASE_THREADS (the base daemon's, default BUZZ_BENCH_THREADS: with
 #              BUZZ_BENCH_BASE_DAEMON set to the same binary, compares thread counts in one run),
@@ -37,6 +39,7 @@ TMP="$(mktemp -d /tmp/buzz-rpc-bench.XXXXXX)"
 DPID=""
 BPID=""
 DB="buzz_rpc_bench_$$"
+DB_BASE="${DB}_base"
 bench_pg_start
 SERVER_URL="$BUZZ_BENCH_PG_URL"
 DB_URL="$(buzz_db_url "$SERVER_URL" "$DB")"
@@ -50,7 +53,10 @@ cleanup()
             wait "$pid" || true
         fi
     done
-    psql -X -q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
+    local db
+    for db in "$DB" "$DB_BASE"; do
+        psql -X -q "$SERVER_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    done
     rm -rf "$TMP"
     bench_pg_stop
 }
@@ -65,15 +71,15 @@ psql -X -q -v ON_ERROR_STOP=1 "$DB_URL" -f "$ROOT/examples/demo/schema.sql" >/de
 "$BUILD/client/buzzctl" token mint --secret "$TMP/bench.secret" --actor bench@local \
     --cap read,readiness --audience bench --ttl 2h >"$TMP/token"
 
-# start_daemon BINARY LOG THREADS: start a daemon on a free port (it exits at once when it cannot
+# start_daemon BINARY LOG THREADS URL: start a daemon on a free port (it exits at once when it cannot
 # listen: try a few); sets STARTED_PID and STARTED_PORT.
 start_daemon()
 {
-    local bin="$1" log="$2" threads="$3"
+    local bin="$1" log="$2" threads="$3" url="$4"
     STARTED_PID=""
     for _ in 1 2 3 4 5; do
         STARTED_PORT=$((20000 + RANDOM % 30000))
-        "$bin" --database-url "$DB_URL" \
+        "$bin" --database-url "$url" \
             --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
             --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads "$threads" --workers 0 \
             --auto-backfill on --log-level warn run 2>"$log" &
@@ -90,13 +96,17 @@ start_daemon()
     exit 1
 }
 
-start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log" "${BUZZ_BENCH_THREADS:-8}"
+start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log" "${BUZZ_BENCH_THREADS:-8}" "$DB_URL"
 DPID="$STARTED_PID"
 PORT="$STARTED_PORT"
 BASE_ARGS=()
 if [[ -n "${BUZZ_BENCH_BASE_DAEMON:-}" ]]; then
+    BASE_URL="$(buzz_db_url "$SERVER_URL" "$DB_BASE")"
+    psql -X -q -v ON_ERROR_STOP=1 "$SERVER_URL" -c "CREATE DATABASE $DB_BASE" >/dev/null
+    psql -X -q -v ON_ERROR_STOP=1 "$BASE_URL" -f "$ROOT/examples/demo/schema.sql" >/dev/null
+    "$BUZZ_BENCH_BASE_DAEMON" --database-url "$BASE_URL" --log-level warn migrate >&2
     start_daemon "$BUZZ_BENCH_BASE_DAEMON" "$TMP/base.log" \
-        "${BUZZ_BENCH_BASE_THREADS:-${BUZZ_BENCH_THREADS:-8}}"
+        "${BUZZ_BENCH_BASE_THREADS:-${BUZZ_BENCH_THREADS:-8}}" "$BASE_URL"
     BPID="$STARTED_PID"
     BASE_ARGS=(--base-url "tcp://127.0.0.1:$STARTED_PORT" --base-pid "$BPID")
 fi
