@@ -12,7 +12,8 @@
 #              BUZZ_BENCH_BASE_DAEMON (another buzz-backfilld, e.g. the previous commit's: started
 #              next to the first on a database of its own with the same rows, migrated by itself,
 #              so that a base of an older schema version reads the schema it knows; compared
-#              with the first in every round),
+#              with the first in every round; it loads the demo module of its own build tree,
+#              ../examples/ beside its server/, when there is one: the module ABI changes too),
 #              BUZZ_BENCH_THREADS (the daemons' transport threads, default 8),
 #              BUZZ_BENCH_BASE_THREADS (the base daemon's, default BUZZ_BENCH_THREADS: with
 #              BUZZ_BENCH_BASE_DAEMON set to the same binary, compares thread counts in one run),
@@ -71,16 +72,17 @@ psql -X -q -v ON_ERROR_STOP=1 "$DB_URL" -f "$ROOT/examples/demo/schema.sql" >/de
 "$BUILD/client/buzzctl" token mint --secret "$TMP/bench.secret" --actor bench@local \
     --cap read,readiness --audience bench --ttl 2h >"$TMP/token"
 
-# start_daemon BINARY LOG THREADS URL: start a daemon on a free port (it exits at once when it cannot
+# start_daemon BINARY LOG THREADS URL MODULE: start a daemon on a free port (it exits at once when
+# it cannot
 # listen: try a few); sets STARTED_PID and STARTED_PORT.
 start_daemon()
 {
-    local bin="$1" log="$2" threads="$3" url="$4"
+    local bin="$1" log="$2" threads="$3" url="$4" module="$5"
     STARTED_PID=""
     for _ in 1 2 3 4 5; do
         STARTED_PORT=$((20000 + RANDOM % 30000))
         "$bin" --database-url "$url" \
-            --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$BUILD/examples/buzz-demo-definitions.so" \
+            --listen "tcp://127.0.0.1:$STARTED_PORT" --modules "$module" \
             --trusted-keys-file "$TMP/bench.pub" --token-audience bench --threads "$threads" --workers 0 \
             --auto-backfill on --log-level warn run 2>"$log" &
         STARTED_PID=$!
@@ -96,7 +98,9 @@ start_daemon()
     exit 1
 }
 
-start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log" "${BUZZ_BENCH_THREADS:-8}" "$DB_URL"
+MODULE="$BUILD/examples/buzz-demo-definitions.so"
+start_daemon "$BUILD/server/buzz-backfilld" "$TMP/daemon.log" "${BUZZ_BENCH_THREADS:-8}" "$DB_URL" \
+    "$MODULE"
 DPID="$STARTED_PID"
 PORT="$STARTED_PORT"
 BASE_ARGS=()
@@ -105,8 +109,10 @@ if [[ -n "${BUZZ_BENCH_BASE_DAEMON:-}" ]]; then
     psql -X -q -v ON_ERROR_STOP=1 "$SERVER_URL" -c "CREATE DATABASE $DB_BASE" >/dev/null
     psql -X -q -v ON_ERROR_STOP=1 "$BASE_URL" -f "$ROOT/examples/demo/schema.sql" >/dev/null
     "$BUZZ_BENCH_BASE_DAEMON" --database-url "$BASE_URL" --log-level warn migrate >&2
+    BASE_MODULE="$(dirname "$BUZZ_BENCH_BASE_DAEMON")/../examples/buzz-demo-definitions.so"
+    [[ -f "$BASE_MODULE" ]] || BASE_MODULE="$MODULE"
     start_daemon "$BUZZ_BENCH_BASE_DAEMON" "$TMP/base.log" \
-        "${BUZZ_BENCH_BASE_THREADS:-${BUZZ_BENCH_THREADS:-8}}" "$BASE_URL"
+        "${BUZZ_BENCH_BASE_THREADS:-${BUZZ_BENCH_THREADS:-8}}" "$BASE_URL" "$BASE_MODULE"
     BPID="$STARTED_PID"
     BASE_ARGS=(--base-url "tcp://127.0.0.1:$STARTED_PORT" --base-pid "$BPID")
 fi
