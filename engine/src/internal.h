@@ -316,14 +316,15 @@ const char *bf__error_class_name(bf_err err);
 /* ---- read model (backfill.c) ----------------------------------------------------------- */
 
 /* The column list bf__row_from_result() expects, for "SELECT " BF_BACKFILL_COLUMNS " FROM "
- * BF_BACKFILL_FROM, read with binary results (bf__send_stmt does so for the statements
- * bf__stmt_binary names): timestamps arrive as PostgreSQL's microseconds and become
- * microseconds since the Unix epoch in bf__field_i64, NULL stays NULL (unknown). The columns
- * are the stored ones, computed nothing: what depends on the time (a claim still live, the
- * throttle fields a live claim holder reports, a validation still running) is decided in C
- * against the row's clock_timestamp(). Every expression in a target list is built afresh at
- * each execution, even of a prepared statement, and the 14 epoch conversions and 7 clock
- * comparisons this replaced cost a Get about 30 us at eight clients (docs/benchmarks.md).
+ * BF_BACKFILL_FROM, read with binary results (bf__send_stmt asks for them for BF_STMT_GET and
+ * BF_STMT_GET_FOR_UPDATE, List reads through bf__exec_binary): timestamps arrive as PostgreSQL's
+ * microseconds and become microseconds since the Unix epoch in bf__field_i64, NULL stays NULL
+ * (unknown). The columns are the stored ones, computed nothing: what depends on the time (a claim
+ * still live, the throttle fields a live claim holder reports, a validation still running) is
+ * decided in C against the row's clock_timestamp(). Every expression in a target list is built
+ * afresh at each execution, even of a prepared statement: the 14 epoch conversions and 7 clock
+ * comparisons this replaced were most of what a Get cost PostgreSQL beyond reading the row
+ * (docs/engine.md "Reading a backfill").
  * A literal, so that every statement using it is one too. */
 #define BF_BACKFILL_COLUMNS                                                                        \
     "b.id, b.state, b.required, b.description, b.owner_meta, b.revision, b.key_types,"             \
@@ -341,9 +342,8 @@ const char *bf__error_class_name(bf_err err);
  * watch (its watch row and the counts under it) is read by BF_WATCH_SQL, only for the rows
  * whose b.watched says they have a watch row (schema version 11, set by the statement that
  * records one, never cleared). Every relation a statement names is locked and opened at each
- * execution even when no row of it is read: joined in, the watch cost every read about 10 us
- * at eight clients, and lateral aggregates of the counts about 40 us (issue 26), watched or
- * not, while watching is opt-in. */
+ * execution even when no row of it is read, and watching is opt-in: joined in, the watch
+ * (and before it the old-writer aggregates) cost every read, watched or not (issue 26). */
 #define BF_BACKFILL_FROM                                                                           \
     "buzz_backfill.backfill b LEFT JOIN buzz_backfill.validation_progress v"                       \
     " ON v.backfill_id = b.id"
