@@ -97,7 +97,8 @@ static bf_err cbblock_mutate(bf_txn *txn, void *arg)
 /* Register defs[0..n), start each, and make the throttle the engines share. */
 static void start_all(int n)
 {
-    const bf_definition *list[8];
+    const bf_definition *list[sizeof defs / sizeof defs[0]];
+    assert_true((size_t)n <= sizeof list / sizeof list[0]);
     for (int i = 0; i < n; i++)
         list[i] = &defs[i];
     registry = bt_registry(list, (size_t)n);
