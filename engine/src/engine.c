@@ -313,6 +313,7 @@ bf_err bf__ensure_conn(bf_engine *e)
         bf__log_event(e, &rec, "database connection lost, reconnecting");
     }
     e->outage = true;
+    bf__blocks(e);
     return engine_connect(e);
 }
 
@@ -416,9 +417,25 @@ int bf_engine_socket(const bf_engine *engine)
     return engine != NULL && engine->conn != NULL ? PQsocket(engine->conn) : -1;
 }
 
+void bf__blocks(bf_engine *e)
+{
+    if (e->block_fn != NULL)
+        e->block_fn(e->block_arg);
+}
+
+void bf_engine_on_block(bf_engine *e, void (*fn)(void *arg), void *arg)
+{
+    if (e == NULL)
+        return;
+    e->block_fn = fn;
+    e->block_arg = arg;
+}
+
 bool bf__wait_result(bf_engine *e)
 {
     PGconn *conn = e->conn;
+    if (PQisBusy(conn))
+        bf__blocks(e);
     while (PQisBusy(conn)) {
         int sock = PQsocket(conn);
         if (sock < 0) /* the connection is gone: nothing will arrive */
@@ -529,6 +546,7 @@ bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *s
     bf__format(name, sizeof name, "bf_s%d", (int)stmt);
     e->sqlstate[0] = '\0';
     if (!(e->stmt_prepared & (1u << stmt))) {
+        bf__blocks(e);
         PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
         bf_err err = BF_OK;
         if (PQresultStatus(p) != PGRES_COMMAND_OK)
@@ -680,6 +698,7 @@ bf_err bf__wait_notify(bf_engine *e, int wake_fd, int timeout_ms)
                             {.fd = wake_fd, .events = POLLIN}};
     if (fds[0].fd < 0)
         return bf__diag(e, BF_ERR_UNAVAILABLE, "database connection lost");
+    bf__blocks(e);
     if (poll(fds, 2, timeout_ms) <= 0 || fds[0].revents == 0)
         return BF_ERR_TIMEOUT; /* timed out, woken, or a signal: the caller re-reads either way */
     if ((err = engine_drain_notifies(e, &got)) != BF_OK)

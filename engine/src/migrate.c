@@ -473,6 +473,7 @@ static bf_err schema_send(bf_engine *e, bf_stmt stmt, const char *sql, int npara
     if (!(e->stmt_prepared & (1u << stmt))) {
         char name[16];
         bf__format(name, sizeof name, "bf_s%d", (int)stmt);
+        bf__blocks(e);
         PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
         const char *state = PQresultErrorField(p, PG_DIAG_SQLSTATE);
         bool ok = PQresultStatus(p) == PGRES_COMMAND_OK;

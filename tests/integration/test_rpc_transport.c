@@ -59,15 +59,16 @@
 /* ---- the stub service ---------------------------------------------------------------------- */
 
 typedef enum stub_mode {
-    STUB_ECHO,      /* answer at once */
-    STUB_BARRIER,   /* wait until a second handler has been inside at the same time */
-    STUB_RETRY,     /* the first delivery of an ID waits until it is delivered again */
-    STUB_HOLD,      /* wait until released */
-    STUB_CONFLICT,  /* FAILED_PRECONDITION with a body */
-    STUB_NOT_FOUND, /* NOT_FOUND, passing a body that must not travel */
-    STUB_BIG,       /* answer with a STUB_BIG_LEN reason: more than the socket buffers hold */
-    STUB_GATE,      /* the first gate_calls calls answer once stub.gate[0] is readable: deferred
-                       when the transport allows it, else waiting on their thread; others echo */
+    STUB_ECHO,       /* answer at once */
+    STUB_BARRIER,    /* wait until a second handler has been inside at the same time */
+    STUB_RETRY,      /* the first delivery of an ID waits until it is delivered again */
+    STUB_HOLD,       /* wait until released */
+    STUB_CONFLICT,   /* FAILED_PRECONDITION with a body */
+    STUB_NOT_FOUND,  /* NOT_FOUND, passing a body that must not travel */
+    STUB_BIG,        /* answer with a STUB_BIG_LEN reason: more than the socket buffers hold */
+    STUB_GATE,       /* the first gate_calls calls answer once stub.gate[0] is readable: deferred
+                        when the transport allows it, else waiting on their thread; others echo */
+    STUB_HOLD_FIRST, /* the first call waits until released, the others echo */
 } stub_mode;
 
 #define STUB_BIG_LEN (8 * 1024 * 1024)
@@ -96,6 +97,11 @@ static struct {
     int gated, deferred, waited; /* calls gated so far; of them deferred, waiting on a thread */
     int gate_answered;           /* gated calls answered */
     int echo_saw_answered;       /* gate_answered as the last ungated call saw it */
+    /* a waiting handler says so (srv_thread_blocks), as a session's engine does before each
+     * wait on PostgreSQL; no_lend: it does not (a handler busy on its thread) */
+    bool no_lend;
+    bool holding;          /* STUB_HOLD_FIRST: the first call is waiting now */
+    bool echo_saw_holding; /* holding as the last echoed call saw it */
 } stub = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gate = {-1, -1}};
 
 static void stub_reset(stub_mode mode)
@@ -112,6 +118,7 @@ static void stub_reset(stub_mode mode)
     stub.n_sessions = stub.n_threads = 0;
     stub.gate_calls = stub.gated = stub.deferred = stub.waited = 0;
     stub.gate_answered = stub.echo_saw_answered = 0;
+    stub.no_lend = stub.holding = stub.echo_saw_holding = false;
     pthread_mutex_unlock(&stub.mtx);
 }
 
@@ -146,6 +153,8 @@ static int stub_calls(void)
 /* Wait on stub.cond (mutex held) until *flag-like predicate; false after WAIT_LIMIT_S. */
 static bool stub_wait(struct timespec *until)
 {
+    if (!stub.no_lend)
+        srv_thread_blocks(); /* nothing on the test's own threads */
     return pthread_cond_timedwait(&stub.cond, &stub.mtx, until) != ETIMEDOUT;
 }
 
@@ -203,6 +212,7 @@ static void stub_gate_wait(void)
 {
     struct pollfd pfd = {.fd = stub.gate[0], .events = POLLIN};
     int rc;
+    srv_thread_blocks();
     while ((rc = poll(&pfd, 1, WAIT_LIMIT_S * 1000)) < 0 && errno == EINTR)
         ;
     pthread_mutex_lock(&stub.mtx);
@@ -276,6 +286,18 @@ static void stub_check(Buzz__Backfill__V1__Readiness_Service *service,
         stub.waited++;
         pthread_cond_broadcast(&stub.cond);
         gate_wait = true;
+        break;
+    case STUB_HOLD_FIRST:
+        if (stub.calls > 1) {
+            stub.echo_saw_holding = stub.holding;
+            break;
+        }
+        stub.held = stub.holding = true;
+        pthread_cond_broadcast(&stub.cond);
+        while (!stub.release && !stub.timed_out)
+            if (!stub_wait(&until))
+                stub.timed_out = true;
+        stub.holding = false;
         break;
     case STUB_ECHO:
     case STUB_BIG:
@@ -1248,6 +1270,78 @@ static void test_deferred_request_frees_its_thread(void **state)
     gate_free(t);
 }
 
+/* An ipc:// transport of `threads` threads of which `active` wait for requests at once. */
+static srv_transport *active_transport(const char *name, char *url, size_t url_len, int threads,
+                                       int active)
+{
+    char diag[256] = "";
+    snprintf(url, url_len, "ipc://%s/%s", dir, name);
+    const char *urls[] = {url};
+    srv_transport_config cfg = {
+        .urls = urls, .n_urls = 1, .threads = threads, .active_threads = active};
+    srv_transport *t = NULL;
+    assert_int_equal(srv_transport_new(&t, disp, &ctx, &cfg, diag, sizeof diag), BF_OK);
+    assert_int_equal(srv_transport_start(t, diag, sizeof diag), BF_OK);
+    return t;
+}
+
+/* A thread that blocks in a request lends its place: with two threads of which one waits for
+ * requests, a second caller is answered while the first call's handler waits (it says so, as a
+ * session's engine does before each wait on PostgreSQL). Guard: native.c native_lend (the
+ * parked thread's wake-up). Without it the second call is served only once the first gave up
+ * (WAIT_LIMIT_S), and it sees the first no longer waiting. */
+static void test_blocked_thread_lends_its_place(void **state)
+{
+    (void)state;
+    char url[200];
+    srv_transport *t = active_transport("lend.sock", url, sizeof url, 2, 1);
+    stub_reset(STUB_HOLD_FIRST);
+    stop_job first = {.url = url};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, stop_client_thread, &first), 0);
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (!stub.held)
+        assert_true(stub_wait(&until));
+    pthread_mutex_unlock(&stub.mtx);
+
+    bfc_client *c = client_open(url, NULL, 2 * WAIT_LIMIT_S * 1000, 0);
+    check_result r = stub_round_trip(c);
+    bfc_close(c);
+    assert_true(r.got);
+    pthread_mutex_lock(&stub.mtx);
+    bool saw_holding = stub.echo_saw_holding, timed_out = stub.timed_out;
+    stub.release = true;
+    pthread_cond_broadcast(&stub.cond);
+    pthread_mutex_unlock(&stub.mtx);
+    pthread_join(th, NULL);
+    expect_answered(&first);
+    srv_transport_free(t);
+    assert_false(timed_out);
+    assert_true(saw_holding); /* answered while the first still waited */
+}
+
+/* Only `active` threads wait for requests: N_CLIENTS callers at once, round after round, on a
+ * transport of N_CLIENTS threads of which one is active, are all served by one thread (the
+ * handlers never wait, so no thread lends its place). Guard: native.c native_active_settle's
+ * parking: without it the threads all wait on epoll, which wakes another one for each request
+ * that arrives while one is busy. */
+static void test_active_threads_cap_the_waiters(void **state)
+{
+    (void)state;
+    char url[200];
+    srv_transport *t = active_transport("active.sock", url, sizeof url, N_CLIENTS, 1);
+    stub_reset(STUB_ECHO);
+    for (int round = 0; round < 5; round++)
+        run_clients_on(url);
+    pthread_mutex_lock(&stub.mtx);
+    int calls = stub.calls, n_threads = stub.n_threads;
+    pthread_mutex_unlock(&stub.mtx);
+    srv_transport_free(t);
+    assert_int_equal(calls, 5 * N_CLIENTS);
+    assert_int_equal(n_threads, 1);
+}
+
 /* Past SRV_TRANSPORT_DEFERRED deferred requests a pool's next request holds its thread, and
  * every one is answered once the gate opens. Guard: native_serve's cap (p->deferred_max):
  * without it every gated call defers (none waits on the thread, so the wait below fails) and
@@ -1660,6 +1754,8 @@ int main(void)
         cmocka_unit_test(test_request_id_retry),
         cmocka_unit_test(test_stop_finishes_in_flight),
         cmocka_unit_test(test_deferred_request_frees_its_thread),
+        cmocka_unit_test(test_blocked_thread_lends_its_place),
+        cmocka_unit_test(test_active_threads_cap_the_waiters),
         cmocka_unit_test(test_deferred_requests_are_capped),
         cmocka_unit_test(test_stop_finishes_deferred),
         cmocka_unit_test(test_deferred_peer_gone),

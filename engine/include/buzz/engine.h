@@ -517,6 +517,12 @@ bf_err bf_readiness_read(bf_engine *engine, bf_gate_entry *ids, int max, int *ga
 /* The connection's socket (-1 when there is none). It changes when the engine reconnects. */
 int bf_engine_socket(const bf_engine *engine);
 
+/* fn(arg) is called on the engine's thread each time it is about to wait on PostgreSQL: for a
+ * statement's result, a notification (bf_wait_notify), a reconnect or a statement's prepare.
+ * A server that lets only as many threads wait for requests as it has CPUs uses it to let
+ * another thread take a blocked one's place. NULL: nothing is called (the default). */
+void bf_engine_on_block(bf_engine *engine, void (*fn)(void *arg), void *arg);
+
 /* bf_readiness_read (gate) or bf_schema_check (not gate) in two halves. */
 bf_err bf_readiness_begin(bf_engine *engine, bool gate);
 bf_err bf_readiness_end(bf_engine *engine, bf_gate_entry *ids, int max, int *gating_out,

@@ -360,6 +360,7 @@ static void readiness_job_woken(srv_call *call, void *arg)
 
 static void readiness_sleep_ms(int ms)
 {
+    srv_thread_blocks();
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }

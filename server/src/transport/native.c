@@ -43,6 +43,19 @@
  * epoll holds a request nothing of it is read by the thread that handed it over. A deferred
  * request counts in serving until it is answered, so stop waits for it as for any other.
  *
+ * Active threads. A pool has `threads` threads, but only active_max of them (the CPUs, at most
+ * `threads`; srv_transport_config.active_threads) wait for events at once; the others are
+ * parked on park_cond. With a thread per CPU in epoll_wait, a thread that finishes a request
+ * finds the next ready event without sleeping, where an idle thread beside every busy one was
+ * woken for each (issue 26: 2.4 context switches a request at four threads, 1.4 at two). The
+ * extra threads are for requests that block: a thread about to wait (on PostgreSQL through its
+ * session's engine, bf_engine_on_block; on a timer; srv_thread_blocks) lends its place, and a
+ * parked thread takes it, so blocking requests (controls, List, Validate, a Check's wait past
+ * the deferred cap) never leave the events without a thread while a thread is left. A lender
+ * takes its place back when its request is done, and whichever thread then finds the pool
+ * over active_max parks. Check and Get defer instead of blocking, so they lend nothing and cost
+ * an atomic read.
+ *
  * Replies never wait for their peers. A reply is written without blocking; what the socket
  * does not take is queued on the connection (and later replies behind it), the connection is
  * handed to the writer thread, which writes the queue as the peer reads it (EPOLLOUT on an
@@ -388,6 +401,63 @@ void *native_writer_main(void *arg)
 /* ---- requests ------------------------------------------------------------------------------ */
 
 /* Lend a session of the pool (one is always idle: see native_pool) / take it back. */
+/* ---- active threads -------------------------------------------------------------------- */
+
+static _Thread_local bool native_lent; /* this thread lent its place (native_lend) */
+
+/* srv_thread_on_block's hook of a pool thread: it is about to wait, so a parked thread may
+ * take its place (once per event: the place comes back in native_active_settle). */
+static void native_lend(void *arg)
+{
+    native_pool *p = arg;
+    if (native_lent)
+        return;
+    native_lent = true;
+    pthread_mutex_lock(&p->mtx);
+    atomic_fetch_sub(&p->active, 1);
+    if (p->parked > 0)
+        pthread_cond_signal(&p->park_cond);
+    pthread_mutex_unlock(&p->mtx);
+}
+
+void native_active_begin(native_pool *p)
+{
+    pthread_mutex_lock(&p->mtx);
+    atomic_fetch_add(&p->active, 1);
+    pthread_mutex_unlock(&p->mtx);
+    srv_thread_on_block(native_lend, p);
+}
+
+bool native_active_settle(native_pool *p)
+{
+    transport_native *n = p->n;
+    if (!native_lent && atomic_load(&p->active) <= p->active_max)
+        return true; /* the common case: nothing lent, nothing over */
+    pthread_mutex_lock(&p->mtx);
+    if (native_lent) {
+        native_lent = false;
+        atomic_fetch_add(&p->active, 1);
+    }
+    while (atomic_load(&p->active) > p->active_max && !atomic_load(&n->ended)) {
+        atomic_fetch_sub(&p->active, 1);
+        p->parked++;
+        while (atomic_load(&p->active) >= p->active_max && !atomic_load(&n->ended))
+            pthread_cond_wait(&p->park_cond, &p->mtx);
+        p->parked--;
+        atomic_fetch_add(&p->active, 1);
+    }
+    bool go_on = !atomic_load(&n->ended);
+    pthread_mutex_unlock(&p->mtx);
+    return go_on;
+}
+
+void native_active_end(native_pool *p)
+{
+    pthread_mutex_lock(&p->mtx);
+    pthread_cond_broadcast(&p->park_cond);
+    pthread_mutex_unlock(&p->mtx);
+}
+
 static int native_session_take(native_pool *p)
 {
     pthread_mutex_lock(&p->mtx);
@@ -460,6 +530,8 @@ static void native_wait_pending(native_req *r, uint8_t **out, size_t *out_len, b
 {
     while (*err == BF_OK && r->pending != NULL) {
         struct pollfd pfd = {.fd = srv_pending_fd(r->pending), .events = POLLIN};
+        if (pfd.fd >= 0)
+            srv_thread_blocks();
         if (pfd.fd >= 0 && poll(&pfd, 1, -1) < 0 && errno != EINTR)
             continue; /* the resume sees what is wrong with the socket */
         *err = srv_dispatch_resume(&r->pending, out, out_len);

@@ -114,6 +114,13 @@ struct native_pool {
     int n_idle;
     int deferred_max;
     atomic_int deferred; /* requests waiting on PostgreSQL */
+    /* native.c "Active threads": at most active_max threads wait for events at once; a thread
+     * blocked in a request lends its place to a parked one (under mtx; active also read
+     * without it, as a hint) */
+    int active_max;
+    atomic_int active; /* threads neither parked nor lent */
+    int parked;
+    pthread_cond_t park_cond;
 };
 
 struct transport_native {
@@ -149,6 +156,12 @@ void native_conn_unref(native_conn *c);
 /* Shut the connection down: every holder of a count sees it and lets go (c->mtx held). */
 void native_conn_shutdown_locked(native_conn *c);
 /* The connection is readable and this thread holds its read turn. */
+/* native.c "Active threads": a pool thread counts itself in (begin), settles before each wait
+ * for events (false once the transport ended while it was parked), and the stop wakes the
+ * parked ones (end). */
+void native_active_begin(native_pool *p);
+bool native_active_settle(native_pool *p);
+void native_active_end(native_pool *p);
 void native_readable(transport_native *n, native_conn *c);
 /* The session socket of a deferred request is readable: go on with it. */
 void native_resume(transport_native *n, native_req *r);

@@ -148,7 +148,10 @@ static void *native_worker_main(void *arg)
 {
     native_pool *p = arg;
     transport_native *n = p->n;
+    native_active_begin(p);
     for (;;) {
+        if (!native_active_settle(p))
+            break; /* parked until the end */
         struct epoll_event ev;
         int rc = epoll_wait(p->epfd, &ev, 1, NATIVE_WAIT_MS);
         if (atomic_load(&n->ended))
@@ -186,6 +189,7 @@ bf_err native_new(srv_transport *t, transport_native **out)
         p->epfd = p->stop_fd = -1;
         p->stop_tag = NATIVE_TAG_WAKE;
         pthread_mutex_init(&p->mtx, NULL);
+        transport_cond_init(&p->park_cond);
     }
     n->wake_tag = NATIVE_TAG_WAKE;
     *out = n;
@@ -312,9 +316,13 @@ static bf_err native_bind_ipc(native_listener *l, int mode, char *diag, size_t d
     return BF_OK;
 }
 
-static bf_err native_pool_start(native_pool *p, int threads, srv_context *ctx, char *diag,
-                                size_t diag_len)
+static bf_err native_pool_start(native_pool *p, int threads, int active, srv_context *ctx,
+                                char *diag, size_t diag_len)
 {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (active <= 0)
+        active = cpus > 0 && cpus < threads ? (int)cpus : threads;
+    p->active_max = active < threads ? active : threads;
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     p->deferred_max = SRV_TRANSPORT_DEFERRED;
@@ -371,7 +379,8 @@ bf_err native_start(transport_native *n, char *diag, size_t diag_len)
     for (int i = 0; i < NATIVE_POOLS; i++) {
         if (!n->pools[i].used)
             continue;
-        bf_err err = native_pool_start(&n->pools[i], t->threads, t->ctx, diag, diag_len);
+        bf_err err =
+            native_pool_start(&n->pools[i], t->threads, t->active_threads, t->ctx, diag, diag_len);
         if (err != BF_OK)
             return err;
     }
@@ -524,6 +533,7 @@ void native_stop(transport_native *n)
         native_pool *p = &n->pools[i];
         if (p->stop_fd >= 0)
             native_signal_fd(p->stop_fd);
+        native_active_end(p); /* the parked threads end too */
         for (int j = 0; j < p->n_started; j++)
             pthread_join(p->threads[j], NULL);
         p->n_started = 0;
@@ -575,6 +585,7 @@ void native_free(transport_native *n)
         free(p->sessions);
         free(p->idle);
         pthread_mutex_destroy(&p->mtx);
+        pthread_cond_destroy(&p->park_cond);
     }
     if (n->wepfd >= 0)
         close(n->wepfd);

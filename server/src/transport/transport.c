@@ -304,7 +304,8 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
 {
     if (out == NULL || d == NULL || ctx == NULL || cfg == NULL || cfg->urls == NULL ||
         cfg->n_urls == 0 || cfg->n_urls > SRV_TRANSPORT_MAX_LISTENERS || cfg->threads < 0 ||
-        cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0 ||
+        cfg->threads > SRV_TRANSPORT_MAX_THREADS || cfg->active_threads < 0 ||
+        cfg->active_threads > SRV_TRANSPORT_MAX_THREADS || cfg->send_timeout_ms < 0 ||
         cfg->hello_timeout_ms < 0 || cfg->max_conns < 0 ||
         cfg->max_conns > SRV_CONNS_MAX_PER_LISTENER || cfg->max_conns_per_peer < 0 ||
         cfg->max_conns_per_peer > SRV_CONNS_MAX_PER_LISTENER)
@@ -321,6 +322,7 @@ bf_err srv_transport_new(srv_transport **out, srv_dispatcher *d, srv_context *ct
     t->ctx = ctx;
     t->ipc_mode = ipc_mode;
     t->threads = cfg->threads ? cfg->threads : TRANSPORT_DEFAULT_THREADS;
+    t->active_threads = cfg->active_threads;
     t->send_timeout_ms =
         cfg->send_timeout_ms ? cfg->send_timeout_ms : SRV_TRANSPORT_SEND_TIMEOUT_MS;
     t->hello_timeout_ms =

@@ -80,6 +80,9 @@ typedef struct srv_transport_config {
     const char *const *urls;   /* "ipc:///run/buzz.sock", "tcp://0.0.0.0:7400", "tls+tcp://..." */
     size_t n_urls;             /* 1 .. SRV_TRANSPORT_MAX_LISTENERS */
     int threads;               /* request threads (contexts) per socket; 0 = 4 */
+    int active_threads;        /* tcp:// and ipc://: of those, how many wait for requests at
+                                  once (the others stand in for threads blocked in a request:
+                                  native.c "Active threads"); 0 = min(threads, CPUs) */
     int ipc_mode;              /* ipc socket file mode: 0600 (0 = default) or 0660 */
     const char *tls_cert_file; /* PEM certificate chain for tls+tcp:// listeners */
     const char *tls_key_file;  /* PEM private key; NULL when it is in tls_cert_file */

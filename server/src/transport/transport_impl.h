@@ -117,6 +117,7 @@ struct srv_transport {
     size_t n_listeners;
     transport_group nng; /* tls+tcp://, the one kind nng serves (native.c serves the rest) */
     int threads;
+    int active_threads; /* 0: min(threads, CPUs) */
     int max_conns, max_conns_per_peer;
     int ipc_mode;
     nng_duration send_timeout_ms;
