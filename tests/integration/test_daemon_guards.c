@@ -27,6 +27,12 @@
  *   changes its answer. Guard: readiness.c readiness_check's deferred job (call->may_defer):
  *   killed by taking the threaded path always (WhoAmI then waits for the read, and for the
  *   wait's tick, which answers the Check first).
+ * - test_blocked_request_lends_its_thread: a daemon with a transport thread more than the
+ *   machine's CPUs (so one parked) serves WhoAmI while as many Pauses as CPUs wait inside
+ *   PostgreSQL for a table the test holds locked, twice (the second time on sessions already
+ *   open). Guard: engine.c bf__wait_result's bf__blocks (the engine tells the transport its
+ *   thread blocks, and a parked thread takes its place); killed, the second WhoAmI waits for a
+ *   Pause to give up (its lock timeout).
  * - test_deferred_read_loses_its_backend: a Check whose read is deferred (held by the test's
  *   lock) when its backend is terminated is answered at once, the database UNKNOWN, and the
  *   session reconnects for the next Check and Get. Guard: engine.c exec_take's end of a read
@@ -41,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -461,6 +468,88 @@ static void test_deferred_read_loses_its_backend(void **state)
     passed++;
 }
 
+/* ---- a thread blocked in a request lends its place ------------------------------------- */
+
+typedef struct waiting_control {
+    const char *url;
+    int code;
+    atomic_bool answered;
+} waiting_control;
+
+static void *waiting_control_main(void *arg)
+{
+    waiting_control *w = arg;
+    bfc_client *c = bd_client(w->url, NULL, 60000, -1);
+    bd_control_resp *resp = NULL;
+    w->code = bd_control(c, "Pause", REQ, &resp);
+    bd_free(resp);
+    atomic_store(&w->answered, true);
+    bfc_close(c);
+    return NULL;
+}
+
+/* As many Pauses as CPUs (n) wait for the backfill table, which holder locks, inside PostgreSQL;
+ * WhoAmI must be answered meanwhile; then the lock goes and every Pause answers OK. */
+static void pauses_wait_who_am_i_answers(const char *url, PGconn *holder, PGconn *g, long n)
+{
+    bt_exec(holder, "BEGIN; LOCK TABLE buzz_backfill.backfill IN ACCESS EXCLUSIVE MODE");
+    waiting_control w[8];
+    pthread_t th[8];
+    for (long i = 0; i < n; i++) {
+        w[i] = (waiting_control){.url = url};
+        assert_int_equal(pthread_create(&th[i], NULL, waiting_control_main, &w[i]), 0);
+    }
+    bt_wait_lock_waiters(g, (int)n); /* every active thread blocked in PostgreSQL */
+    assert_true(who_am_i(url));
+    for (long i = 0; i < n; i++)
+        assert_false(atomic_load(&w[i].answered));
+    bt_exec(holder, "COMMIT");
+    for (long i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].code, OK);
+    }
+}
+
+/* A daemon with one transport thread more than the machine has CPUs: as many threads wait for
+ * requests as there are CPUs, and the last one is parked. As many Pauses as CPUs wait for the
+ * backfill table the test holds locked, inside PostgreSQL: WhoAmI is answered meanwhile, by the
+ * parked thread. The first round opens the Pauses' sessions (a connect lends the thread's place
+ * too, session.c srv_session_engine) and prepares their statements; the second one, on those
+ * sessions, blocks only in waits for results. Guard: engine.c bf__wait_result's bf__blocks (the
+ * engine tells the thread's pool that it blocks: session.c session_engine_blocks, native.c
+ * native_lend): killed, the second round's WhoAmI waits until a Pause gives up (its lock
+ * timeout), so a Pause has answered by then. */
+static void test_blocked_request_lends_its_thread(void **state)
+{
+    (void)state;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1 || cpus > 8)
+        cpus = cpus < 1 ? 1 : 8;
+    PGconn *g = NULL;
+    const char *conninfo = c13_database("dg_lend", &g);
+    bd_options o = bd_defaults();
+    o.conninfo = conninfo;
+    o.definitions = "c13";
+    o.auto_backfill = true;
+    o.workers = 0;
+    o.threads = (int)cpus + 1;
+    o.lock_timeout_ms = 8000; /* the Pauses wait while the test holds the lock */
+    bd_daemon d;
+    bd_start(&d, &o);
+    bd_wait_registered(g, 2);
+    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
+    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
+    PGconn *holder = bd_connect(conninfo);
+    pauses_wait_who_am_i_answers(d.ipc_url, holder, g, cpus); /* sessions opened, warm */
+    pauses_wait_who_am_i_answers(d.ipc_url, holder, g, cpus);
+    bfc_close(c);
+    bd_stop(&d);
+    PQfinish(holder);
+    PQfinish(g);
+    bd_db_drop_last();
+    passed++;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_unregistered_required_id_gates),
         cmocka_unit_test(test_ipc_boundary_off_refuses_tokenless),
         cmocka_unit_test(test_readiness_holds_no_thread),
+        cmocka_unit_test(test_blocked_request_lends_its_thread),
         cmocka_unit_test(test_deferred_read_loses_its_backend),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
