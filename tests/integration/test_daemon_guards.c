@@ -359,7 +359,9 @@ typedef struct one_thread {
     bfc_client *c;
 } one_thread;
 
-static void one_thread_start(one_thread *f, const char *db)
+/* The daemon of one_thread_start with `threads` transport threads (and lock_timeout_ms, 0: the
+ * default). */
+static void guard_daemon_start(one_thread *f, const char *db, int threads, int lock_timeout_ms)
 {
     const char *conninfo = c13_database(db, &f->g);
     bd_options o = bd_defaults();
@@ -367,13 +369,19 @@ static void one_thread_start(one_thread *f, const char *db)
     o.definitions = "c13";
     o.auto_backfill = true;
     o.workers = 0;
-    o.threads = 1;
+    o.threads = threads;
+    o.lock_timeout_ms = lock_timeout_ms;
     bd_start(&f->d, &o);
     bd_wait_registered(f->g, 2);
     f->c = bd_client(f->d.ipc_url, NULL, 0, 0);
     bd_free(bd_wait_state(f->c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
     bd_free(bd_check(f->c, 0));
     f->holder = bd_connect(conninfo);
+}
+
+static void one_thread_start(one_thread *f, const char *db)
+{
+    guard_daemon_start(f, db, 1, 0);
 }
 
 /* Lock the backfill table, then start w's Check: it returns once the Check's read waits for the
@@ -525,28 +533,12 @@ static void test_blocked_request_lends_its_thread(void **state)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1 || cpus > 8)
         cpus = cpus < 1 ? 1 : 8;
-    PGconn *g = NULL;
-    const char *conninfo = c13_database("dg_lend", &g);
-    bd_options o = bd_defaults();
-    o.conninfo = conninfo;
-    o.definitions = "c13";
-    o.auto_backfill = true;
-    o.workers = 0;
-    o.threads = (int)cpus + 1;
-    o.lock_timeout_ms = 8000; /* the Pauses wait while the test holds the lock */
-    bd_daemon d;
-    bd_start(&d, &o);
-    bd_wait_registered(g, 2);
-    bfc_client *c = bd_client(d.ipc_url, NULL, 0, 0);
-    bd_free(bd_wait_state(c, REQ, BUZZ__BACKFILL__V1__STATE__RUNNING));
-    PGconn *holder = bd_connect(conninfo);
-    pauses_wait_who_am_i_answers(d.ipc_url, holder, g, cpus); /* sessions opened, warm */
-    pauses_wait_who_am_i_answers(d.ipc_url, holder, g, cpus);
-    bfc_close(c);
-    bd_stop(&d);
-    PQfinish(holder);
-    PQfinish(g);
-    bd_db_drop_last();
+    one_thread f;
+    /* the Pauses wait (lock timeout 8 s) while the test holds the lock */
+    guard_daemon_start(&f, "dg_lend", (int)cpus + 1, 8000);
+    pauses_wait_who_am_i_answers(f.d.ipc_url, f.holder, f.g, cpus); /* sessions opened, warm */
+    pauses_wait_who_am_i_answers(f.d.ipc_url, f.holder, f.g, cpus);
+    one_thread_stop(&f);
     passed++;
 }
 

@@ -1234,6 +1234,37 @@ static void expect_answered(const stop_job *job)
                  bf_err_name(job->transport), job->code, job->detail);
 }
 
+static bool stub_gated_one(void)
+{
+    return stub.gated >= 1;
+}
+
+static bool stub_is_held(void)
+{
+    return stub.held;
+}
+
+/* Start job's call on a thread of its own and wait until inside() (stub.mtx held) says its
+ * handler has reached the point the test needs. */
+static void first_caller_inside(stop_job *job, pthread_t *th, bool (*inside)(void))
+{
+    assert_int_equal(pthread_create(th, NULL, stop_client_thread, job), 0);
+    pthread_mutex_lock(&stub.mtx);
+    struct timespec until = stub_deadline();
+    while (!inside())
+        assert_true(stub_wait(&until));
+    pthread_mutex_unlock(&stub.mtx);
+}
+
+/* One call of a second caller, with a client of its own, while the first one waits. */
+static check_result second_round_trip(const char *url)
+{
+    bfc_client *c = client_open(url, NULL, 2 * WAIT_LIMIT_S * 1000, 0);
+    check_result r = stub_round_trip(c);
+    bfc_close(c);
+    return r;
+}
+
 /* A request whose handler defers its answer (srv_call_defer, as Check and Get do while their
  * read is in PostgreSQL) does not hold its thread: with one thread, a second caller is answered
  * while the first still waits. Guard: native_serve lets a request defer (srv_dispatch_begin with
@@ -1247,17 +1278,8 @@ static void test_deferred_request_frees_its_thread(void **state)
     srv_transport *t = gate_transport("defer.sock", url, sizeof url, 1);
     stop_job first = {.url = url};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, stop_client_thread, &first), 0);
-    pthread_mutex_lock(&stub.mtx);
-    struct timespec until = stub_deadline();
-    while (stub.gated < 1)
-        assert_true(stub_wait(&until));
-    pthread_mutex_unlock(&stub.mtx);
-
-    bfc_client *c = client_open(url, NULL, 2 * WAIT_LIMIT_S * 1000, 0);
-    check_result r = stub_round_trip(c);
-    bfc_close(c);
-    assert_true(r.got);
+    first_caller_inside(&first, &th, stub_gated_one);
+    assert_true(second_round_trip(url).got);
     pthread_mutex_lock(&stub.mtx);
     int saw = stub.echo_saw_answered, deferred = stub.deferred;
     pthread_mutex_unlock(&stub.mtx);
@@ -1298,17 +1320,8 @@ static void test_blocked_thread_lends_its_place(void **state)
     stub_reset(STUB_HOLD_FIRST);
     stop_job first = {.url = url};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, stop_client_thread, &first), 0);
-    pthread_mutex_lock(&stub.mtx);
-    struct timespec until = stub_deadline();
-    while (!stub.held)
-        assert_true(stub_wait(&until));
-    pthread_mutex_unlock(&stub.mtx);
-
-    bfc_client *c = client_open(url, NULL, 2 * WAIT_LIMIT_S * 1000, 0);
-    check_result r = stub_round_trip(c);
-    bfc_close(c);
-    assert_true(r.got);
+    first_caller_inside(&first, &th, stub_is_held);
+    assert_true(second_round_trip(url).got);
     pthread_mutex_lock(&stub.mtx);
     bool saw_holding = stub.echo_saw_holding, timed_out = stub.timed_out;
     stub.release = true;
