@@ -234,6 +234,7 @@ static bf_err engine_connect(bf_engine *e)
 {
     if (e->conn != NULL)
         PQfinish(e->conn);
+    bf__blocks(e);
     engine_tcp tcp;
     engine_tcp_defaults(e, &tcp);
     /* defaults first: the expanded conninfo (dbname) overrides them */
@@ -313,7 +314,6 @@ bf_err bf__ensure_conn(bf_engine *e)
         bf__log_event(e, &rec, "database connection lost, reconnecting");
     }
     e->outage = true;
-    bf__blocks(e);
     return engine_connect(e);
 }
 
@@ -359,6 +359,8 @@ bf_err bf_engine_open(bf_engine **out, const bf_config *cfg, const bf_registry *
     e->stop_fd = -1;
     e->log = cfg->log;
     e->log_arg = cfg->log_arg;
+    e->on_block = cfg->on_block;
+    e->on_block_arg = cfg->on_block_arg;
     if (cfg->owner != NULL && cfg->owner[0] != '\0') {
         bf__copy(e->owner, sizeof e->owner, cfg->owner);
     } else {
@@ -419,23 +421,13 @@ int bf_engine_socket(const bf_engine *engine)
 
 void bf__blocks(bf_engine *e)
 {
-    if (e->block_fn != NULL)
-        e->block_fn(e->block_arg);
-}
-
-void bf_engine_on_block(bf_engine *e, void (*fn)(void *arg), void *arg)
-{
-    if (e == NULL)
-        return;
-    e->block_fn = fn;
-    e->block_arg = arg;
+    if (e->on_block != NULL)
+        e->on_block(e->on_block_arg);
 }
 
 bool bf__wait_result(bf_engine *e)
 {
     PGconn *conn = e->conn;
-    if (PQisBusy(conn))
-        bf__blocks(e);
     while (PQisBusy(conn)) {
         int sock = PQsocket(conn);
         if (sock < 0) /* the connection is gone: nothing will arrive */
@@ -443,6 +435,7 @@ bool bf__wait_result(bf_engine *e)
         bool watch = e->stop_fd >= 0 && !e->cancelled;
         struct pollfd pfd[2] = {{.fd = sock, .events = POLLIN},
                                 {.fd = watch ? e->stop_fd : -1, .events = POLLIN}};
+        bf__blocks(e);
         if (poll(pfd, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;

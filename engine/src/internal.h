@@ -109,9 +109,9 @@ struct bf_engine {
     int stop_fd;
     atomic_bool *stop;
     bool cancelled;
-    /* bf_engine_on_block: told before the engine's thread waits on PostgreSQL */
-    void (*block_fn)(void *arg);
-    void *block_arg;
+    /* bf_config.on_block: told before the engine's thread waits on PostgreSQL */
+    void (*on_block)(void *arg);
+    void *on_block_arg;
     bf_watch_mode watch_writers; /* bf_config: the daemon-wide watchdog mode */
     bool watch_block;            /* bf_config: old writers block a running backfill */
     int watch_grace_s;           /* bf_config: a completed backfill keeps its watch this long */
@@ -144,7 +144,7 @@ bf_err bf__diag(bf_engine *e, bf_err err, const char *fmt, ...)
  * worker's stop request cancels the statement (see stop_fd). false when the connection failed. */
 bool bf__wait_result(bf_engine *e);
 /* About to wait on PostgreSQL (a result, a notification, a connect, a prepare): tell the
- * engine's owner (bf_engine_on_block), which may let another thread take this one's place. */
+ * engine's owner (bf_config.on_block), which may let another thread take this one's place. */
 void bf__blocks(bf_engine *e);
 
 /* Make sure the connection is usable, reconnecting once when it broke. */

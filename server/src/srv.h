@@ -156,7 +156,7 @@ bf_err srv_session_engine(srv_session *s, bf_engine **out);
 
 /* The calling thread is about to wait (on PostgreSQL, on a timer): calls what the thread
  * registered with srv_thread_on_block, if anything. A session's engine calls it before each of
- * its waits (bf_engine_on_block). The native transport's threads register the lending of their
+ * its waits (bf_config.on_block). The native transport's threads register the lending of their
  * place (native.c "Active threads"); other threads register nothing. */
 void srv_thread_blocks(void);
 void srv_thread_on_block(void (*fn)(void *arg), void *arg);

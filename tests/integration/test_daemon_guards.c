@@ -522,7 +522,7 @@ static void pauses_wait_who_am_i_answers(const char *url, PGconn *holder, PGconn
  * requests as there are CPUs, and the last one is parked. As many Pauses as CPUs wait for the
  * backfill table the test holds locked, inside PostgreSQL: WhoAmI is answered meanwhile, by the
  * parked thread. The first round opens the Pauses' sessions (a connect lends the thread's place
- * too, session.c srv_session_engine) and prepares their statements; the second one, on those
+ * too, engine.c engine_connect) and prepares their statements; the second one, on those
  * sessions, blocks only in waits for results. Guard: engine.c bf__wait_result's bf__blocks (the
  * engine tells the thread's pool that it blocks: session.c session_engine_blocks, native.c
  * native_lend): killed, the second round's WhoAmI waits until a Pause gives up (its lock

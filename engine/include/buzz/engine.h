@@ -171,6 +171,12 @@ typedef struct bf_config {
     bool watch_block;
     int watch_grace_s; /* 0: a completion removes its watch at once; else bf_watch_sweep() does,
                           this many seconds after it */
+    /* optional: on_block(on_block_arg) is called on the engine's thread each time it is about
+     * to wait on PostgreSQL (a connect, the first one included, a prepare, a statement's result,
+     * a notification). A server that lets only as many threads wait for requests as it has
+     * CPUs uses it to let another thread take a blocked one's place. */
+    void (*on_block)(void *arg);
+    void *on_block_arg;
 } bf_config;
 
 /*
@@ -516,12 +522,6 @@ bf_err bf_readiness_read(bf_engine *engine, bf_gate_entry *ids, int max, int *ga
 
 /* The connection's socket (-1 when there is none). It changes when the engine reconnects. */
 int bf_engine_socket(const bf_engine *engine);
-
-/* fn(arg) is called on the engine's thread each time it is about to wait on PostgreSQL: for a
- * statement's result, a notification (bf_wait_notify), a reconnect or a statement's prepare.
- * A server that lets only as many threads wait for requests as it has CPUs uses it to let
- * another thread take a blocked one's place. NULL: nothing is called (the default). */
-void bf_engine_on_block(bf_engine *engine, void (*fn)(void *arg), void *arg);
 
 /* bf_readiness_read (gate) or bf_schema_check (not gate) in two halves. */
 bf_err bf_readiness_begin(bf_engine *engine, bool gate);

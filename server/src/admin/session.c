@@ -38,12 +38,11 @@ bf_err srv_session_engine(srv_session *s, bf_engine **out)
             return BF_ERR_UNAVAILABLE;
         bf_config cfg = s->ctx->engine_cfg;
         cfg.conninfo = s->ctx->conninfo;
+        cfg.on_block = session_engine_blocks; /* its connect, the first one too, tells */
         bf_engine *engine = NULL;
-        srv_thread_blocks(); /* the connect waits on PostgreSQL */
         bf_err err = bf_engine_open(&engine, &cfg, s->ctx->registry);
         if (err != BF_OK)
             return err;
-        bf_engine_on_block(engine, session_engine_blocks, NULL);
         s->engine = engine;
     }
     *out = s->engine;

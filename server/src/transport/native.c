@@ -49,7 +49,7 @@
  * finds the next ready event without sleeping, where an idle thread beside every busy one was
  * woken for each (issue 26: 2.4 context switches a request at four threads, 1.4 at two). The
  * extra threads are for requests that block: a thread about to wait (on PostgreSQL through its
- * session's engine, bf_engine_on_block; on a timer; srv_thread_blocks) lends its place, and a
+ * session's engine, bf_config.on_block; on a timer; srv_thread_blocks) lends its place, and a
  * parked thread takes it, so blocking requests (controls, List, Validate, a Check's wait past
  * the deferred cap) never leave the events without a thread while a thread is left. A lender
  * takes its place back when its request is done, and whichever thread then finds the pool
