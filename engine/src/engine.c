@@ -532,25 +532,54 @@ bf_err bf__exec_binary(bf_engine *e, PGresult **out, const char *what, const cha
     return exec_format(e, out, what, sql, nparams, params, 1);
 }
 
+/* Each prepared statement's name on the connection, and whether its results are binary (the
+ * reads of BF_BACKFILL_COLUMNS). */
+static const struct {
+    const char *name;
+    int binary;
+} stmt_info[BF_STMT_COUNT] = {
+    [BF_STMT_GET] = {"bf_s0", 1},       [BF_STMT_GET_FOR_UPDATE] = {"bf_s1", 1},
+    [BF_STMT_GATE] = {"bf_s2", 0},      [BF_STMT_MIGRATIONS] = {"bf_s3", 0},
+    [BF_STMT_READINESS] = {"bf_s4", 0}, [BF_STMT_STATS] = {"bf_s5", 0},
+    [BF_STMT_WATCH] = {"bf_s6", 0},
+};
+
+bool bf__prepare_stmt(bf_engine *e, bf_stmt stmt, const char *sql, int nparams, PGresult **failed)
+{
+    *failed = NULL;
+    if (e->stmt_prepared & (1u << stmt))
+        return true;
+    bf__blocks(e);
+    PGresult *p = PQprepare(e->conn, stmt_info[stmt].name, sql, nparams, NULL);
+    if (PQresultStatus(p) != PGRES_COMMAND_OK) {
+        *failed = p;
+        return false;
+    }
+    PQclear(p);
+    e->stmt_prepared |= 1u << stmt;
+    return true;
+}
+
+void bf__forget_stmt(bf_engine *e, bf_stmt stmt)
+{
+    e->stmt_prepared &= ~(1u << stmt);
+    char dealloc[32];
+    bf__format(dealloc, sizeof dealloc, "DEALLOCATE %s", stmt_info[stmt].name);
+    (void)bf__exec0(e, "deallocate", dealloc, 0, NULL);
+}
+
 bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
                      const char *const *params)
 {
-    char name[16];
-    bf__format(name, sizeof name, "bf_s%d", (int)stmt);
     e->sqlstate[0] = '\0';
-    if (!(e->stmt_prepared & (1u << stmt))) {
-        bf__blocks(e);
-        PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
-        bf_err err = BF_OK;
-        if (PQresultStatus(p) != PGRES_COMMAND_OK)
-            err = bf__pg_error(e, p, what);
-        PQclear(p);
-        if (err != BF_OK)
-            return err;
-        e->stmt_prepared |= 1u << stmt;
+    PGresult *failed;
+    if (!bf__prepare_stmt(e, stmt, sql, nparams, &failed)) {
+        bf_err err = bf__pg_error(e, failed, what);
+        PQclear(failed);
+        return err;
     }
-    int binary = stmt == BF_STMT_GET || stmt == BF_STMT_GET_FOR_UPDATE;
-    if (PQsendQueryPrepared(e->conn, name, nparams, params, NULL, NULL, binary) != 1)
+    if (PQsendQueryPrepared(e->conn, stmt_info[stmt].name, nparams, params, NULL, NULL,
+                            stmt_info[stmt].binary) != 1)
         return bf__pg_error(e, NULL, what);
     return BF_OK;
 }

@@ -199,6 +199,11 @@ typedef enum bf_stmt {
  * helpers below read both forms. */
 bf_err bf__send_stmt(bf_engine *e, const char *what, bf_stmt stmt, const char *sql, int nparams,
                      const char *const *params);
+/* Prepare stmt on this connection unless it is already: false with the failed result in *failed
+ * (the caller classifies and clears it). */
+bool bf__prepare_stmt(bf_engine *e, bf_stmt stmt, const char *sql, int nparams, PGresult **failed);
+/* Deallocate stmt on this connection (its relations were dropped): prepared again next time. */
+void bf__forget_stmt(bf_engine *e, bf_stmt stmt);
 /* The outcome of the statement in flight, as bf__exec() returns it. Without block, only what
  * arrived is read: *done false (and BF_OK) when more is to come (wait for the socket). */
 bf_err bf__recv(bf_engine *e, PGresult **out, const char *what, bool block, bool *done);

@@ -470,22 +470,15 @@ static bf_err schema_send(bf_engine *e, bf_stmt stmt, const char *sql, int npara
     bf_err err = bf__ensure_conn(e);
     if (err != BF_OK)
         return err;
-    if (!(e->stmt_prepared & (1u << stmt))) {
-        char name[16];
-        bf__format(name, sizeof name, "bf_s%d", (int)stmt);
-        bf__blocks(e);
-        PGresult *p = PQprepare(e->conn, name, sql, nparams, NULL);
+    PGresult *p;
+    if (!bf__prepare_stmt(e, stmt, sql, nparams, &p)) {
         const char *state = PQresultErrorField(p, PG_DIAG_SQLSTATE);
-        bool ok = PQresultStatus(p) == PGRES_COMMAND_OK;
         bool missing =
             state != NULL && (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0);
-        err = ok        ? BF_OK
-              : missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
-                        : bf__pg_error(e, p, "read migrations");
+        err = missing ? bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed")
+                      : bf__pg_error(e, p, "read migrations");
         PQclear(p);
-        if (err != BF_OK)
-            return err;
-        e->stmt_prepared |= 1u << stmt;
+        return err;
     }
     return bf__send_stmt(e, "read migrations", stmt, sql, nparams, params);
 }
@@ -502,12 +495,7 @@ static bf_err schema_recv(bf_engine *e, bf_stmt stmt, PGresult **out, int *versi
     if (err != BF_OK) {
         if (strcmp(e->sqlstate, "42P01") == 0 || strcmp(e->sqlstate, "3F000") == 0) {
             /* dropped since it was prepared: prepare again next time */
-            e->stmt_prepared &= ~(1u << stmt);
-            char name[16];
-            bf__format(name, sizeof name, "bf_s%d", (int)stmt);
-            char dealloc[48];
-            bf__format(dealloc, sizeof dealloc, "DEALLOCATE %s", name);
-            (void)bf__exec0(e, "deallocate", dealloc, 0, NULL);
+            bf__forget_stmt(e, stmt);
             return bf__diag(e, BF_ERR_SCHEMA_MISSING, "engine schema is not installed");
         }
         return err;
