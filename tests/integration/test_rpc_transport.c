@@ -1268,8 +1268,8 @@ static check_result second_round_trip(const char *url)
 /* A request whose handler defers its answer (srv_call_defer, as Check and Get do while their
  * read is in PostgreSQL) does not hold its thread: with one thread, a second caller is answered
  * while the first still waits. Guard: native_serve lets a request defer (srv_dispatch_begin with
- * a pending) and native_settle gives it to the epoll set; without them the first call waits on
- * the only thread, the second is served only after the first gave up (WAIT_LIMIT_S), and it sees
+ * a pending) and native_poll_pending gives it to the epoll set; without them the first call waits
+ * on the only thread, the second is served only after the first gave up (WAIT_LIMIT_S), and it sees
  * the first answered. */
 static void test_deferred_request_frees_its_thread(void **state)
 {

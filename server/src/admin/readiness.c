@@ -397,6 +397,8 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
     }
     bf_err err;
     bf_engine *e = readiness_engine(call, &err);
+    if (wait_us > 0 && e != NULL)
+        (void)bf_wait_notify(e, 0); /* listen before the first read */
     if (e != NULL && call->may_defer) {
         /* the reads and the wait give the thread back: the transport resumes the job when
          * PostgreSQL has answered, a notification has come or the tick is due */
@@ -408,8 +410,6 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
         job->until = wait_us > 0 ? srv_now_us() + wait_us : 0;
         job->have_first = false;
         job->ep = job->tick = -1;
-        if (wait_us > 0)
-            (void)bf_wait_notify(e, 0); /* listen before the first read */
         readiness_job_read(call, job);
         return;
     }
@@ -428,8 +428,6 @@ static void readiness_check(Buzz__Backfill__V1__Readiness_Service *svc,
         }
     }
     int64_t until = wait_us > 0 ? srv_now_us() + wait_us : 0;
-    if (wait_us > 0 && e != NULL)
-        (void)bf_wait_notify(e, 0); /* listen before the first read */
     readiness_compute(a, ctx, e, err);
     uint64_t first = a->fingerprint;
     for (int slice; (slice = readiness_slice(a, first, until, ctx)) > 0;) {

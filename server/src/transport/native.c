@@ -400,7 +400,6 @@ void *native_writer_main(void *arg)
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-/* Lend a session of the pool (one is always idle: see native_pool) / take it back. */
 /* ---- active threads -------------------------------------------------------------------- */
 
 static _Thread_local bool native_lent; /* this thread lent its place (native_lend) */
@@ -458,6 +457,7 @@ void native_active_end(native_pool *p)
     pthread_mutex_unlock(&p->mtx);
 }
 
+/* Lend a session of the pool (one is always idle: see native_pool) / take it back. */
 static int native_session_take(native_pool *p)
 {
     pthread_mutex_lock(&p->mtx);
@@ -530,10 +530,11 @@ static void native_wait_pending(native_req *r, uint8_t **out, size_t *out_len, b
 {
     while (*err == BF_OK && r->pending != NULL) {
         struct pollfd pfd = {.fd = srv_pending_fd(r->pending), .events = POLLIN};
-        if (pfd.fd >= 0)
+        if (pfd.fd >= 0) {
             srv_thread_blocks();
-        if (pfd.fd >= 0 && poll(&pfd, 1, -1) < 0 && errno != EINTR)
-            continue; /* the resume sees what is wrong with the socket */
+            if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                continue; /* the resume sees what is wrong with the socket */
+        }
         *err = srv_dispatch_resume(&r->pending, out, out_len);
     }
 }
